@@ -1,0 +1,7 @@
+"""`python -m gpt1 <stage>`: how the workflow engines call the CLI (works from the repo root without install)."""
+
+import sys
+
+from gpt1.cli import main
+
+sys.exit(main())

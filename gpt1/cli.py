@@ -1,0 +1,104 @@
+"""`gpt1 <stage> ...`: parse arguments, load the config, call one function. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from gpt1.config import ConfigError, load_config
+from gpt1.errors import Gpt1Error
+
+EPILOG = "Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, e.g. --set bpe.merges=500."
+
+
+def default_workers() -> int:
+    """GPT1_WORKERS, else every core this process may use."""
+    return int(os.environ.get("GPT1_WORKERS") or len(os.sched_getaffinity(0)))
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file (default: params.yaml)")
+    parser.add_argument("--profile", help="profile to run (default: the `profile` key of params.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting of the profile, e.g. bpe.merges=500 (repeatable)")
+
+
+def _stage(sub, name: str, help_text: str, call: Callable, *dirs: tuple[str, str]) -> None:
+    parser = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG)
+    _common(parser)
+    for flag, what in dirs:
+        parser.add_argument(flag, type=Path, required=True, help=what)
+    parser.add_argument("--workers", type=int, default=None, help="processes to use (default: GPT1_WORKERS or all cores)")
+    parser.set_defaults(call=call)
+
+
+def _fetch(cfg, a) -> None:
+    from gpt1.corpus import fetch_stage
+
+    fetch_stage(cfg, a.out)
+
+
+def _clean(cfg, a) -> None:
+    from gpt1.corpus import clean_stage
+
+    clean_stage(cfg, a.raw, a.out, a.workers)
+
+
+def _bpe(cfg, a) -> None:
+    from gpt1.tokenizer import bpe_stage
+
+    bpe_stage(cfg, a.corpus, a.out, a.workers)
+
+
+def _encode(cfg, a) -> None:
+    from gpt1.ids import encode_stage
+
+    encode_stage(cfg, a.tokenizer, a.corpus, a.out, a.workers)
+
+
+def _show_config(cfg, a) -> None:
+    import yaml
+
+    print(yaml.safe_dump({"profile": cfg.profile, "data_mirror": str(cfg.data_mirror), **cfg.p}, sort_keys=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpt1", description="The GPT-1 paper as a reproducible pipeline.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<stage>")
+    _stage(sub, "fetch", "Stream the corpus into OUT/raw.jsonl with a manifest (counts, bytes, sha256).", _fetch,
+           ("--out", "output folder"))
+    _stage(sub, "clean", "Clean RAW/raw.jsonl (ftfy, standardisation, dedupe) and split it by document into OUT/.",
+           _clean, ("--raw", "folder holding raw.jsonl"), ("--out", "output folder"))
+    _stage(sub, "bpe", "Learn the BPE on CORPUS/train.jsonl; write OUT/tokenizer.json and OUT/gpt1_tokenizer.json.",
+           _bpe, ("--corpus", "folder holding train.jsonl"), ("--out", "output folder"))
+    _stage(sub, "encode", "Encode CORPUS/{train,validation}.jsonl into OUT/{split}.bin (token ids) + .json headers.",
+           _encode, ("--tokenizer", "folder of the bpe stage"), ("--corpus", "folder of the clean stage"),
+           ("--out", "output folder"))
+    show = sub.add_parser("config", help="Validate params.yaml and print the selected profile.", epilog=EPILOG)
+    _common(show)
+    show.set_defaults(call=_show_config, workers=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_config(args.params, args.profile, args.overrides)
+    except ConfigError as err:
+        print(f"gpt1: config error: {err}", file=sys.stderr)
+        return 2
+    if args.workers is None:
+        args.workers = default_workers()
+    elif args.workers < 1:
+        print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        args.call(cfg, args)
+    except Gpt1Error as err:
+        # Our errors name the file, key or field; a traceback would only hide that line.
+        print(f"gpt1 {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    return 0

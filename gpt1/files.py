@@ -1,0 +1,76 @@
+"""Small file helpers every stage uses: atomic outputs, JSON and JSON-lines, hashes."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from gpt1.errors import Gpt1Error
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+@contextlib.contextmanager
+def staged_outputs(*paths: str | Path) -> Iterator[list[Path]]:
+    """Yield temporary paths for `paths`; rename them into place only if the block finishes.
+
+    A killed or failing stage leaves nothing that looks finished, and no partial file behind.
+    """
+    finals = [Path(p) for p in paths]
+    temps = [temp_path(p) for p in finals]
+    for final in finals:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield temps
+    except BaseException:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
+        raise
+    for temp, final in zip(temps, finals, strict=True):
+        if not temp.exists():
+            raise FileNotFoundError(f"stage did not write its declared output {final}")
+    for temp, final in zip(temps, finals, strict=True):
+        os.replace(temp, final)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def write_jsonl_line(handle: IO[str], record: dict[str, Any]) -> int:
+    """Write one record; return the bytes written."""
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    handle.write(line)
+    return len(line.encode())
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise Gpt1Error(f"{path}:{number}: not a JSON line ({err.msg}); re-run the stage that wrote it") from err
+
+
+def sha256_file(path: str | Path, block: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,144 @@
+"""Corpus splits -> token ids: one flat memory-mapped file per split plus a small JSON header.
+
+Encoding streams: documents are read one at a time and cut into paragraph-aligned chunks, workers encode a
+bounded window of chunks, and the ids are appended to the file, so peak memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from gpt1.config import DTYPE_MAX_VOCAB
+from gpt1.errors import Gpt1Error
+from gpt1.files import read_json, read_jsonl, sha256_file, staged_outputs, write_json
+from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
+
+SMALL_INPUT_BYTES = 4_000_000
+HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer")
+
+
+class IdsError(Gpt1Error):
+    pass
+
+
+@cache
+def _worker_tokenizer(folder: str) -> GPT1Tokenizer:
+    return GPT1Tokenizer.load(folder)
+
+
+def _encode_chunk(job: tuple[str, str, str]) -> bytes:
+    folder, dtype, text = job
+    return np.asarray(_worker_tokenizer(folder).encode(text), dtype=dtype).tobytes()
+
+
+def _jobs(source: Path, folder: str, dtype: str, chunk_chars: int, separator: list[int], counter: dict[str, int]):
+    """Chunks of every document; a separator (as between two paragraphs) goes between documents and chunks."""
+    sep = np.asarray(separator, dtype=dtype).tobytes()
+    for doc in read_jsonl(source):
+        counter["documents"] += 1
+        for chunk in paragraph_chunks(doc["text"], chunk_chars):
+            if counter["chunks"]:
+                yield sep
+            counter["chunks"] += 1
+            yield (folder, dtype, chunk)
+
+
+def encode_split(
+    tokenizer_dir: Path, source: Path, bin_out: Path, header_out: Path, dtype: str, chunk_chars: int, workers: int
+) -> dict[str, Any]:
+    """Encode one corpus split (JSON lines of {'id', 'text'}) into `bin_out` and describe it in `header_out`."""
+    tok = GPT1Tokenizer.load(tokenizer_dir)
+    workers = workers if source.stat().st_size > SMALL_INPUT_BYTES else 1  # starting workers costs seconds
+    if tok.vocab_size > DTYPE_MAX_VOCAB[dtype]:
+        raise IdsError(f"encode.dtype: {tok.vocab_size} tokens do not fit {dtype}; use uint32")
+    counter = {"documents": 0, "chunks": 0}
+    jobs = _jobs(source, str(tokenizer_dir), dtype, chunk_chars, tok.paragraph_separator(), counter)
+    # Separators are already bytes; only chunks go to the workers.
+    encode = _encode_or_pass
+    tokens = 0
+    with staged_outputs(bin_out, header_out) as (tmp_bin, tmp_header):
+        with open(tmp_bin, "wb") as handle, tqdm(desc=f"encode {source.stem}", unit="tok", unit_scale=True) as bar:
+            for data in bounded_imap(encode, jobs, workers):
+                handle.write(data)
+                n = len(data) // np.dtype(dtype).itemsize
+                tokens += n
+                bar.update(n)
+        header = {
+            "tokens": tokens,
+            "dtype": dtype,
+            "vocab_size": tok.base_vocab_size,
+            "tokenizer_sha256": tok.fingerprint(),
+            "pretokenizer": tok.pretokenizer,
+            "documents": counter["documents"],
+            "source_sha256": sha256_file(source),
+        }
+        if tokens == 0:
+            raise IdsError(f"{source}: no tokens; is the corpus split empty?")
+        write_json(tmp_header, header)
+    return header
+
+
+def _encode_or_pass(job: bytes | tuple[str, str, str]) -> bytes:
+    return job if isinstance(job, bytes) else _encode_chunk(job)
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    """An encoded split: the ids as a read-only memmap, and its header."""
+
+    ids: np.memmap
+    header: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: str | None = None) -> TokenIds:
+    """Open an encoded split, checking that header, file size and (optionally) tokenizer agree."""
+    bin_path, header_path = Path(bin_path), Path(header_path)
+    for path in (bin_path, header_path):
+        if not path.is_file():
+            raise IdsError(f"{path}: missing; run the encode stage (gpt1 encode) first")
+    header = read_json(header_path)
+    missing = [k for k in HEADER_KEYS if k not in header]
+    if missing:
+        raise IdsError(f"{header_path}: header lacks {', '.join(missing)}; re-run gpt1 encode")
+    expected = header["tokens"] * np.dtype(header["dtype"]).itemsize
+    if bin_path.stat().st_size != expected:
+        raise IdsError(
+            f"{bin_path}: {bin_path.stat().st_size} bytes, header says {header['tokens']} {header['dtype']} tokens "
+            f"({expected} bytes); the file is truncated or stale, re-run gpt1 encode"
+        )
+    if tokenizer_sha256 is not None and header["tokenizer_sha256"] != tokenizer_sha256:
+        raise IdsError(
+            f"{header_path}: encoded with tokenizer {header['tokenizer_sha256'][:12]}, but the tokenizer is "
+            f"{tokenizer_sha256[:12]}; re-run gpt1 encode"
+        )
+    return TokenIds(np.memmap(bin_path, dtype=header["dtype"], mode="r"), header)
+
+
+def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers: int) -> dict[str, dict]:
+    """`gpt1 encode`: CORPUS/{train,validation}.jsonl -> OUT/{split}.bin + OUT/{split}.json."""
+    import time
+
+    from gpt1.tracking import stage_run
+
+    encode = cfg.section("encode")
+    headers = {}
+    with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
+        for split in ("train", "validation"):
+            start = time.perf_counter()
+            header = encode_split(tokenizer_dir, corpus_dir / f"{split}.jsonl", out / f"{split}.bin",
+                                  out / f"{split}.json", encode["dtype"], encode["chunk_chars"], workers)
+            seconds = time.perf_counter() - start
+            run.log_metrics({f"{split}_tokens": header["tokens"], f"{split}_tokens_per_second": header["tokens"] / seconds})
+            run.log_artifact(out / f"{split}.json")
+            headers[split] = header
+        run.set_tags({"gpt1.tokenizer_sha256": headers["train"]["tokenizer_sha256"]})
+    return headers
