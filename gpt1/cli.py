@@ -59,6 +59,18 @@ def _encode(cfg, a) -> None:
     encode_stage(cfg, a.tokenizer, a.corpus, a.out, a.workers)
 
 
+def _pretrain(cfg, a) -> None:
+    from gpt1.pretrain import pretrain_stage
+
+    pretrain_stage(cfg, a.model, a.ids, a.tokenizer, a.out)
+
+
+def _export(cfg, a) -> None:
+    from gpt1.hf import export_stage
+
+    export_stage(cfg, a.model_dir, a.out, a.format)
+
+
 def _show_config(cfg, a) -> None:
     import yaml
 
@@ -77,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     _stage(sub, "encode", "Encode CORPUS/{train,validation}.jsonl into OUT/{split}.bin (token ids) + .json headers.",
            _encode, ("--tokenizer", "folder of the bpe stage"), ("--corpus", "folder of the clean stage"),
            ("--out", "output folder"))
+    _stage(sub, "pretrain", "Pre-train a language model on IDS/train.bin (resumes an interrupted run); write OUT/.",
+           _pretrain, ("--ids", "folder of the encode stage"), ("--tokenizer", "folder of the bpe stage"),
+           ("--out", "output folder"))
+    sub.choices["pretrain"].add_argument("--model", choices=("gpt", "lstm"), default="gpt",
+                                         help="the GPT-1 decoder or the LSTM baseline (default: gpt)")
+    _stage(sub, "export", "Export a pre-trained model folder for another library.", _export,
+           ("--model-dir", "folder of the pretrain stage"), ("--out", "output folder"))
+    sub.choices["export"].add_argument("--format", choices=("hf",), default="hf",
+                                       help="hf: a folder OpenAIGPTLMHeadModel.from_pretrained loads")
     show = sub.add_parser("config", help="Validate params.yaml and print the selected profile.", epilog=EPILOG)
     _common(show)
     show.set_defaults(call=_show_config, workers=None)

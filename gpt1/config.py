@@ -97,6 +97,12 @@ def check_semantics(root: dict[str, Any]) -> None:
                 f"profiles.{name}.model.n_embd: {model['n_embd']} is not divisible by n_head={model['n_head']}; "
                 f"choose n_embd a multiple of n_head"
             )
+        pretrain = prof["pretrain"]
+        if pretrain["batch_size"] % pretrain["micro_batch_size"]:
+            raise ConfigError(
+                f"profiles.{name}.pretrain.batch_size: {pretrain['batch_size']} is not a multiple of "
+                f"micro_batch_size={pretrain['micro_batch_size']}; gradient accumulation needs whole micro-batches"
+            )
         bpe, dtype = prof["bpe"], prof["encode"]["dtype"]
         # Upper bound of the vocabulary: specials, each base character alone and with </w>, one token per merge.
         bound = N_SPECIAL_TOKENS + 2 * bpe["limit_alphabet"] + bpe["merges"]
