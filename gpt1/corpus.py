@@ -152,9 +152,10 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
 
 def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     """`gpt1 clean`: RAW/raw.jsonl -> OUT/{train,validation}.jsonl and OUT/manifest.json."""
-    from gpt1.files import read_json
+    from gpt1.files import read_json, require_files
     from gpt1.tracking import stage_run
 
+    require_files("fetch", raw_dir / "raw.jsonl", raw_dir / "raw.manifest.json")
     corpus = cfg.section("corpus")
     raw_info = read_json(raw_dir / "raw.manifest.json")
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}

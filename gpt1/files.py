@@ -74,3 +74,10 @@ def sha256_file(path: str | Path, block: int = 1 << 20) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def require_files(producer: str, *paths: str | Path) -> None:
+    """Fail before any work if an input is missing, naming the file and the stage that makes it."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise Gpt1Error(f"{path}: missing; run the {producer} stage (gpt1 {producer}) first")

@@ -129,6 +129,10 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
 
     from gpt1.tracking import stage_run
 
+    from gpt1.files import require_files
+
+    require_files("clean", *(corpus_dir / f"{split}.jsonl" for split in ("train", "validation")))
+    GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
     encode = cfg.section("encode")
     headers = {}
     with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:

@@ -304,9 +304,10 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     """`gpt1 bpe`: learn the BPE on CORPUS/train.jsonl; write OUT/tokenizer.json and OUT/gpt1_tokenizer.json."""
     import time
 
-    from gpt1.files import read_json, staged_outputs
+    from gpt1.files import read_json, require_files, staged_outputs
     from gpt1.tracking import stage_run
 
+    require_files("clean", corpus_dir / "train.jsonl", corpus_dir / "manifest.json")
     bpe, chunk_chars = cfg.section("bpe"), cfg.section("encode")["chunk_chars"]
     manifest = read_json(corpus_dir / "manifest.json")
     with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:

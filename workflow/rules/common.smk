@@ -20,7 +20,7 @@ ENV = "../envs/gpt1.yaml"
 
 def out(*parts):
     """A path under results/<profile>/."""
-    return "/".join(("results", PROFILE) + parts)
+    return os.path.join("results", PROFILE, *parts)
 
 
 def log_file(name):
@@ -30,3 +30,30 @@ def log_file(name):
 def code(*modules):
     """The package modules a stage runs: a change to them reruns the stage (in DVC too)."""
     return [f"gpt1/{m}.py" for m in modules]
+
+
+def folder_of_input(name):
+    """A params function: the folder of a named input (the CLI takes folders; Snakemake tracks the files)."""
+    return lambda wildcards, input: os.path.dirname(input[name])
+
+
+def folder_of_output(name):
+    return lambda wildcards, output: os.path.dirname(output[name])
+
+
+def data_outputs():
+    return rules.encode.output
+
+
+# dvc.yaml interpolates the profile that params.yaml names; Snakemake may run another one (--config profile=...),
+# whose outputs DVC cannot describe, so outputs are recorded in DVC only when the two profiles agree.
+with open("params.yaml") as handle:
+    DVC_PROFILE = yaml.safe_load(handle)["profile"]
+
+
+def dvc_commit_flag():
+    if DVC_PROFILE == PROFILE:
+        return out("dvc_commit.done")
+    print(f"Note: params.yaml selects profile {DVC_PROFILE!r}, this run {PROFILE!r}: not recorded in DVC.",
+          file=sys.stderr)
+    return []

@@ -3,11 +3,13 @@
 
 rule fetch:
     input:
-        code("corpus", "sources"),
+        code=code("corpus", "sources"),
     output:
-        out("corpus", "raw.jsonl"),
-        out("corpus", "raw.manifest.json"),
+        raw=out("corpus", "raw.jsonl"),
+        manifest=out("corpus", "raw.manifest.json"),
     params:
+        profile=PROFILE,
+        out=folder_of_output("raw"),
         corpus=SETTINGS["corpus"],
         mirror=os.environ.get("GPT1_DATA_MIRROR") or config["data_mirror"],
     log:
@@ -15,19 +17,22 @@ rule fetch:
     conda:
         ENV
     shell:
-        "python -m gpt1 fetch --profile {config[profile]} --out results/{config[profile]}/corpus 2>&1 | tee {log}"
+        "python -m gpt1 fetch --profile {params.profile} --out {params.out} 2>&1 | tee {log}"
 
 
 rule clean:
     input:
-        code("corpus"),
-        out("corpus", "raw.jsonl"),
-        out("corpus", "raw.manifest.json"),
+        code=code("corpus"),
+        raw=out("corpus", "raw.jsonl"),
+        manifest=out("corpus", "raw.manifest.json"),
     output:
-        out("corpus", "train.jsonl"),
-        out("corpus", "validation.jsonl"),
-        out("corpus", "manifest.json"),
+        train=out("corpus", "train.jsonl"),
+        validation=out("corpus", "validation.jsonl"),
+        manifest=out("corpus", "manifest.json"),
     params:
+        profile=PROFILE,
+        raw=folder_of_input("raw"),
+        out=folder_of_output("train"),
         corpus=SETTINGS["corpus"],
     threads: workflow.cores
     log:
@@ -35,19 +40,21 @@ rule clean:
     conda:
         ENV
     shell:
-        "python -m gpt1 clean --profile {config[profile]} --raw results/{config[profile]}/corpus"
-        " --out results/{config[profile]}/corpus 2>&1 | tee {log}"
+        "python -m gpt1 clean --profile {params.profile} --raw {params.raw} --out {params.out} 2>&1 | tee {log}"
 
 
 rule bpe:
     input:
-        code("tokenizer"),
-        out("corpus", "train.jsonl"),
-        out("corpus", "manifest.json"),
+        code=code("tokenizer"),
+        train=out("corpus", "train.jsonl"),
+        manifest=out("corpus", "manifest.json"),
     output:
-        out("tokenizer", "tokenizer.json"),
-        out("tokenizer", "gpt1_tokenizer.json"),
+        tokenizer=out("tokenizer", "tokenizer.json"),
+        meta=out("tokenizer", "gpt1_tokenizer.json"),
     params:
+        profile=PROFILE,
+        corpus=folder_of_input("train"),
+        out=folder_of_output("tokenizer"),
         bpe=SETTINGS["bpe"],
         chunk_chars=SETTINGS["encode"]["chunk_chars"],
     threads: workflow.cores
@@ -56,23 +63,26 @@ rule bpe:
     conda:
         ENV
     shell:
-        "python -m gpt1 bpe --profile {config[profile]} --corpus results/{config[profile]}/corpus"
-        " --out results/{config[profile]}/tokenizer 2>&1 | tee {log}"
+        "python -m gpt1 bpe --profile {params.profile} --corpus {params.corpus} --out {params.out} 2>&1 | tee {log}"
 
 
 rule encode:
     input:
-        code("ids", "tokenizer"),
-        out("tokenizer", "tokenizer.json"),
-        out("tokenizer", "gpt1_tokenizer.json"),
-        out("corpus", "train.jsonl"),
-        out("corpus", "validation.jsonl"),
+        code=code("ids", "tokenizer"),
+        tokenizer=out("tokenizer", "tokenizer.json"),
+        meta=out("tokenizer", "gpt1_tokenizer.json"),
+        train=out("corpus", "train.jsonl"),
+        validation=out("corpus", "validation.jsonl"),
     output:
-        out("ids", "train.bin"),
-        out("ids", "train.json"),
-        out("ids", "validation.bin"),
-        out("ids", "validation.json"),
+        train=out("ids", "train.bin"),
+        train_header=out("ids", "train.json"),
+        validation=out("ids", "validation.bin"),
+        validation_header=out("ids", "validation.json"),
     params:
+        profile=PROFILE,
+        tokenizer=folder_of_input("tokenizer"),
+        corpus=folder_of_input("train"),
+        out=folder_of_output("train"),
         encode=SETTINGS["encode"],
     threads: workflow.cores
     log:
@@ -80,9 +90,6 @@ rule encode:
     conda:
         ENV
     shell:
-        "python -m gpt1 encode --profile {config[profile]} --tokenizer results/{config[profile]}/tokenizer"
-        " --corpus results/{config[profile]}/corpus --out results/{config[profile]}/ids 2>&1 | tee {log}"
+        "python -m gpt1 encode --profile {params.profile} --tokenizer {params.tokenizer} --corpus {params.corpus}"
+        " --out {params.out} 2>&1 | tee {log}"
 
-
-def data_outputs():
-    return rules.encode.output

@@ -1,0 +1,103 @@
+"""params.yaml validation: every mistake is one line naming the key and what would be valid."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpt1.cli import main
+from gpt1.config import ConfigError, load_config, validate
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def broken(change) -> dict:
+    root = copy.deepcopy(PARAMS)
+    change(root)
+    return root
+
+
+def error_of(root: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate(root)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_the_repository_params_are_valid_for_every_profile():
+    for profile in PARAMS["profiles"]:
+        cfg = load_config(REPO / "params.yaml", profile)
+        assert cfg.profile == profile
+        assert cfg.p["model"]["n_embd"] % cfg.p["model"]["n_head"] == 0
+
+
+def test_paper_profile_is_the_papers_recipe():
+    paper = load_config(REPO / "params.yaml", "paper").p
+    assert paper["model"] == {
+        "n_layer": 12, "n_embd": 768, "n_head": 12, "n_ctx": 512, "dropout": 0.1, "lstm_hidden": 2048}
+    assert paper["bpe"]["merges"] == 40000 and paper["bpe"]["pretokenizer"] == "spacy"
+    pre = paper["pretrain"]
+    assert (pre["lr"], pre["warmup_steps"], pre["batch_size"], pre["epochs"]) == (2.5e-4, 2000, 64, 100)
+    assert (pre["betas"], pre["eps"], pre["weight_decay"]) == ([0.9, 0.999], 1e-8, 0.01)
+
+
+def test_unknown_key_is_named_with_the_valid_ones():
+    message = error_of(broken(lambda r: r["profiles"]["smoke"]["bpe"].update(merge=3)))
+    assert "profiles.smoke.bpe.merge" in message and "merges" in message
+
+
+def test_unknown_top_level_key():
+    assert "unknown key profle" in error_of(broken(lambda r: r.update(profle="x")))
+
+
+def test_wrong_type_names_key_and_expected_type():
+    message = error_of(broken(lambda r: r["profiles"]["default"]["model"].update(n_layer="four")))
+    assert "profiles.default.model.n_layer" in message and "integer" in message
+
+
+def test_missing_profile_lists_the_defined_ones():
+    message = error_of(broken(lambda r: r.update(profile="huge")))
+    assert "'huge'" in message and "smoke" in message and "paper" in message
+
+
+def test_heads_must_divide_width():
+    message = error_of(broken(lambda r: r["profiles"]["paper"]["model"].update(n_head=7)))
+    assert "profiles.paper.model.n_embd" in message and "n_head=7" in message
+
+
+def test_vocabulary_must_fit_the_token_dtype():
+    message = error_of(broken(lambda r: r["profiles"]["paper"]["bpe"].update(merges=70000)))
+    assert "profiles.paper.bpe.merges" in message and "uint16" in message and "uint32" in message
+
+
+def test_negative_learning_rate():
+    message = error_of(broken(lambda r: r["profiles"]["default"]["pretrain"].update(lr=-1e-4)))
+    assert "profiles.default.pretrain.lr" in message and "-0.0001" in message
+
+
+def test_bad_enum_lists_choices():
+    message = error_of(broken(lambda r: r["profiles"]["smoke"]["bpe"].update(pretokenizer="bert")))
+    assert "'bert' is not one of spacy, fast" in message
+
+
+def test_overrides_apply_to_the_selected_profile(tmp_path):
+    cfg = load_config(REPO / "params.yaml", "smoke", ["bpe.merges=123", "corpus.max_documents=null"])
+    assert cfg.p["bpe"]["merges"] == 123 and cfg.p["corpus"]["max_documents"] is None
+    with pytest.raises(ConfigError, match="bpe.merges: 'many'"):
+        load_config(REPO / "params.yaml", "smoke", ["bpe.merges=many"])
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config(REPO / "params.yaml", "smoke", ["bpe.merges"])
+
+
+def test_cli_reports_config_errors_in_one_line(capsys):
+    assert main(["config", "--params", str(REPO / "params.yaml"), "--profile", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpt1: config error: profile: 'nope' is not defined") and "\n" not in err
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(ConfigError, match="params file not found"):
+        load_config(tmp_path / "params.yaml")

@@ -1,0 +1,70 @@
+"""The DAG is declared once in each engine; this proves Snakemake's and DVC's are the same graph:
+the same stages, each with the same command, inputs and outputs, for every profile."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE_ONLY = {"all", "dvc_commit"}  # the default target and the rule that records outputs in DVC
+PROFILES = list(yaml.safe_load((REPO / "params.yaml").read_text())["profiles"])
+
+
+def workspace(tmp_path: Path, profile: str) -> Path:
+    """A copy of what both engines read, with params.yaml selecting `profile` (dvc.yaml interpolates it)."""
+    for name in ("workflow", "gpt1"):
+        shutil.copytree(REPO / name, tmp_path / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", "environment.yml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["profile"] = profile
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return tmp_path
+
+
+def snakemake_stages(root: Path, profile: str) -> dict[str, dict]:
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("snakemake_jobs.py")), str(root), profile],
+                         cwd=root, capture_output=True, text=True, check=True)
+    jobs = json.loads(out.stdout[out.stdout.index("JOBS ") + 5:])
+    stages: dict[str, dict] = {}
+    for job in jobs:
+        if job["rule"] in SNAKEMAKE_ONLY:
+            continue
+        assert job["rule"] not in stages, "one job per rule name: wildcard jobs are named like dvc's foreach stages"
+        # The log redirection is Snakemake's own addition: DVC keeps no logs.
+        cmd = job["shell"].strip()
+        for log in job["log"]:
+            cmd = cmd.removesuffix(f" 2>&1 | tee {log}")
+        stages[job["rule"]] = {"cmd": " ".join(cmd.split()), "deps": set(job["input"]), "outs": set(job["output"])}
+    return stages
+
+
+def dvc_stages(root: Path) -> dict[str, dict]:
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    Repo.init(str(root), no_scm=True)
+    with Repo(str(root)) as repo:
+        return {
+            stage.name: {
+                "cmd": " ".join(stage.cmd.split()),
+                "deps": {d.def_path for d in stage.deps if not isinstance(d, ParamsDependency)},
+                "outs": {o.def_path for o in stage.outs},
+            }
+            for stage in repo.index.stages
+        }
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
+    root = workspace(tmp_path, profile)
+    snake, dvc = snakemake_stages(root, profile), dvc_stages(root)
+    assert sorted(snake) == sorted(dvc)
+    for name in dvc:
+        assert snake[name] == dvc[name], name
+    assert any(f"results/{profile}/" in path for stage in dvc.values() for path in stage["outs"])

@@ -1,0 +1,56 @@
+"""Encode: corpus splits -> a flat token-id file and its header, the same whatever the number of workers."""
+
+import json
+
+import numpy as np
+import pytest
+
+from gpt1.fixtures import synthetic_corpus
+from gpt1.ids import IdsError, encode_split, load_ids
+from gpt1.tokenizer import GPT1Tokenizer, train
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("encode")
+    docs = list(synthetic_corpus(6, seed=1))
+    (folder / "train.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    train([d["text"] for d in docs], "spacy", merges=120, limit_alphabet=100).save(folder / "tok")
+    return folder, docs
+
+
+def test_ids_are_the_documents_joined_by_paragraph_separators(corpus_and_tokenizer, tmp_path):
+    folder, docs = corpus_and_tokenizer
+    header = encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "t.bin", tmp_path / "t.json",
+                          "uint16", 1000, workers=1)
+    tok = GPT1Tokenizer.load(folder / "tok")
+    expected: list[int] = []
+    for index, doc in enumerate(docs):
+        expected += (tok.paragraph_separator() if index else []) + tok.encode(doc["text"])
+    ids = load_ids(tmp_path / "t.bin", tmp_path / "t.json", tok.fingerprint())
+    assert ids.ids.dtype == np.uint16 and list(ids.ids) == expected
+    assert header == json.loads((tmp_path / "t.json").read_text())
+    assert (header["tokens"], header["documents"], header["vocab_size"]) == (len(expected), 6, tok.base_vocab_size)
+
+
+def test_two_workers_write_the_same_bytes(corpus_and_tokenizer, tmp_path, monkeypatch):
+    folder, _ = corpus_and_tokenizer
+    monkeypatch.setattr("gpt1.ids.SMALL_INPUT_BYTES", 0)  # force the worker pool on a small file
+    encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "1.bin", tmp_path / "1.json", "uint16", 500, 1)
+    encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "2.bin", tmp_path / "2.json", "uint32", 500, 2)
+    one = np.fromfile(tmp_path / "1.bin", dtype=np.uint16)
+    two = np.fromfile(tmp_path / "2.bin", dtype=np.uint32)
+    assert np.array_equal(one, two)
+
+
+def test_truncated_file_and_wrong_tokenizer_are_refused(corpus_and_tokenizer, tmp_path):
+    folder, _ = corpus_and_tokenizer
+    encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "t.bin", tmp_path / "t.json", "uint16", 1000, 1)
+    with pytest.raises(IdsError, match="encoded with tokenizer"):
+        load_ids(tmp_path / "t.bin", tmp_path / "t.json", "0" * 64)
+    data = (tmp_path / "t.bin").read_bytes()
+    (tmp_path / "t.bin").write_bytes(data[:-2])
+    with pytest.raises(IdsError, match="truncated or stale"):
+        load_ids(tmp_path / "t.bin", tmp_path / "t.json")
+    with pytest.raises(IdsError, match="run the encode stage"):
+        load_ids(tmp_path / "missing.bin", tmp_path / "t.json")

@@ -1,0 +1,103 @@
+"""The GPT-1 BPE: the released vocabulary reproduces the original pipeline (spacy) and transformers 5 (fast)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpt1.fixtures import synthetic_corpus
+from gpt1.tokenizer import (
+    FINETUNE_SPECIALS,
+    GPT1Tokenizer,
+    TokenizerError,
+    load_released,
+    paragraph_chunks,
+    read_merges,
+    standardize,
+    train,
+)
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
+FIXTURES = Path(__file__).parent / "fixtures" / "bpe"
+needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="the released GPT-1 vocabulary is absent")
+TEXTS = [d["text"] for d in synthetic_corpus(12, seed=3)]
+
+
+@needs_reference
+def test_spacy_equals_the_original_pipeline_on_every_sample():
+    """Reference ids: transformers 4.x's slow OpenAIGPTTokenizer with ftfy + spaCy (see fixtures/bpe/README.md)."""
+    cases = json.loads((FIXTURES / "reference_spacy.json").read_text())["cases"]
+    tok = load_released(REFERENCE, "spacy")
+    mismatches = [c["text"] for c in cases if tok.encode(c["text"]) != c["ids"]]
+    assert len(cases) >= 100 and mismatches == []
+
+
+@needs_reference
+def test_fast_equals_transformers_5_on_every_sample():
+    from transformers import OpenAIGPTTokenizer
+
+    sample = json.loads((FIXTURES / "sample.json").read_text())
+    vocab = json.loads((REFERENCE / "encoder_bpe_40000.json").read_text())
+    theirs = OpenAIGPTTokenizer(vocab=vocab, merges=read_merges(REFERENCE / "vocab_40000.bpe"))
+    ours = load_released(REFERENCE, "fast")
+    mismatches = [s for s in sample if ours.encode(s) != theirs(s, add_special_tokens=False)["input_ids"]]
+    assert mismatches == []
+
+
+@needs_reference
+def test_released_vocabulary_shape_and_specials():
+    tok = load_released(REFERENCE)
+    assert (tok.base_vocab_size, tok.n_merges) == (40478, 40000)
+    assert tok.specials == {"_start_": 40478, "_delimiter_": 40479, "_classify_": 40480}
+    assert tok.tokens("Don't stop.\nGo") == ["do</w>", "n't</w>", "stop</w>", ".</w>", "\n</w>", "go</w>"]
+
+
+def test_standardize_is_the_original_text_standardize():
+    assert standardize("a—b–c―d…e´f") == "a - b - c - d...e'f"
+    assert standardize('say "hi"!!, (ok)') == 'say " hi " !! , ( ok )'
+    assert standardize("one \n\n  two\t three  ") == "one \n two three"
+
+
+@pytest.mark.parametrize("mode", ["spacy", "fast"])
+def test_training_learns_exactly_the_configured_merges(mode):
+    tok = train(TEXTS, mode, merges=150, limit_alphabet=100, min_frequency=2)
+    assert tok.n_merges == 150
+    assert tok.decode(tok.encode("the old garden")) == "the old garden"
+    assert tok.vocab_size == tok.base_vocab_size + len(FINETUNE_SPECIALS)
+    assert tok.encode("<unk>") == [0]
+
+
+def test_spacy_training_keeps_contractions_and_newlines():
+    tok = train(TEXTS, "spacy", merges=300, limit_alphabet=100, min_frequency=2)
+    tokens = tok.tokens("I can't stay.\nAda")
+    assert "n't</w>" in tokens and "\n</w>" in tokens
+    assert tok.paragraph_separator() == [tok.backend.token_to_id("\n</w>")]
+
+
+@pytest.mark.parametrize("mode", ["spacy", "fast"])
+def test_chunked_encoding_equals_whole_document(mode):
+    tok = train(TEXTS, mode, merges=200, limit_alphabet=100)
+    text = TEXTS[0]
+    chunks = paragraph_chunks(text, 300)
+    assert len(chunks) > 3
+    joined: list[int] = []
+    for index, chunk in enumerate(chunks):
+        joined += (tok.paragraph_separator() if index else []) + tok.encode(chunk)
+    assert joined == tok.encode(text)
+
+
+def test_save_load_round_trip_and_tamper_check(tmp_path):
+    tok = train(TEXTS, "spacy", merges=100, limit_alphabet=100)
+    tok.save(tmp_path)
+    loaded = GPT1Tokenizer.load(tmp_path)
+    assert loaded.fingerprint() == tok.fingerprint() and loaded.pretokenizer == "spacy"
+    assert loaded.encode(TEXTS[1]) == tok.encode(TEXTS[1])
+    meta = json.loads((tmp_path / "gpt1_tokenizer.json").read_text())
+    (tmp_path / "gpt1_tokenizer.json").write_text(json.dumps({**meta, "pretokenizer": "fast"}))
+    with pytest.raises(TokenizerError, match="does not match the sha256"):
+        GPT1Tokenizer.load(tmp_path)
+
+
+def test_missing_tokenizer_names_the_stage(tmp_path):
+    with pytest.raises(TokenizerError, match="run the bpe stage"):
+        GPT1Tokenizer.load(tmp_path)

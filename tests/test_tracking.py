@@ -1,0 +1,39 @@
+"""MLflow: parallel stages must not lose a metric, fail on a locked database, or land in the wrong experiment."""
+
+import subprocess
+import sys
+
+from mlflow.tracking import MlflowClient
+
+from gpt1.tracking import flatten
+
+WRITER = """
+import sys
+from gpt1.tracking import stage_run
+index = int(sys.argv[1])
+with stage_run(f"writer{index}", "smoke", "parallel", {"index": index, "nested": {"a": 1}}) as run:
+    for step in range(25):
+        run.log_metrics({"loss": index + step / 100, "lr": 0.1}, step=step)
+"""
+
+
+def test_eight_processes_logging_at_once_into_a_new_store(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = {"MLFLOW_TRACKING_URI": uri, "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(i)], env=env, stderr=subprocess.PIPE, text=True)
+             for i in range(8)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, errors
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("parallel")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    assert len(runs) == 8
+    assert client.search_runs(["0"], max_results=10) == []  # nothing in "Default"
+    points = sum(len(client.get_metric_history(r.info.run_id, m)) for r in runs for m in ("loss", "lr"))
+    assert points == 8 * 25 * 2
+    assert all(r.info.status == "FINISHED" and r.data.params["nested.a"] == "1" for r in runs)
+    assert {r.data.tags["gpt1.stage"] for r in runs} == {f"writer{i}" for i in range(8)}
+
+
+def test_flatten_nested_params():
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": 2, "e": [1, 2]}
