@@ -35,12 +35,14 @@ def snakemake_stages(root: Path, profile: str) -> dict[str, dict]:
     for job in jobs:
         if job["rule"] in SNAKEMAKE_ONLY:
             continue
-        assert job["rule"] not in stages, "one job per rule name: wildcard jobs are named like dvc's foreach stages"
+        # A rule with wildcards is a foreach/matrix stage in dvc.yaml: name@value1-value2 (in wildcard order).
+        name = job["rule"] + ("@" + "-".join(job["wildcards"]) if job["wildcards"] else "")
+        assert name not in stages
         # The log redirection is Snakemake's own addition: DVC keeps no logs.
         cmd = job["shell"].strip()
         for log in job["log"]:
             cmd = cmd.removesuffix(f" 2>&1 | tee {log}")
-        stages[job["rule"]] = {"cmd": " ".join(cmd.split()), "deps": set(job["input"]), "outs": set(job["output"])}
+        stages[name] = {"cmd": " ".join(cmd.split()), "deps": set(job["input"]), "outs": set(job["output"])}
     return stages
 
 

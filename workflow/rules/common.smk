@@ -45,6 +45,14 @@ def data_outputs():
     return rules.encode.output
 
 
+PRETRAINED = ["gpt"]  # the models dvc.yaml's pretrain stage loops over (foreach)
+
+
+def pretrain_outputs():
+    return expand(out("pretrain", "{model}", "{file}"), model=PRETRAINED,
+                  file=["model.safetensors", "model.json", "metrics.json", "curves.csv", "snapshots"])
+
+
 # dvc.yaml interpolates the profile that params.yaml names; Snakemake may run another one (--config profile=...),
 # whose outputs DVC cannot describe, so outputs are recorded in DVC only when the two profiles agree.
 with open("params.yaml") as handle:

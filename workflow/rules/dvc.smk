@@ -5,6 +5,7 @@
 rule dvc_commit:
     input:
         data_outputs(),
+        pretrain_outputs(),
     output:
         touch(out("dvc_commit.done")),
     log:

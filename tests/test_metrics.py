@@ -1,0 +1,126 @@
+"""Metrics against scikit-learn and scipy, the GLUE-style average, and the paired bootstrap test."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from gpt1.metrics import (
+    GLUE_COMPONENTS,
+    MetricError,
+    accuracy,
+    compute,
+    f1,
+    glue_average,
+    matthews,
+    paired_bootstrap,
+    pearson,
+    percent,
+    spearman,
+)
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 5])
+def test_classification_metrics_equal_sklearn(classes):
+    for _ in range(20):
+        n = int(RNG.integers(5, 300))
+        y, p = RNG.integers(0, classes, n), RNG.integers(0, classes, n)
+        p[: n // 2] = y[: n // 2]  # some agreement, so the scores are not all near 0
+        assert accuracy(y, p) == pytest.approx(accuracy_score(y, p))
+        assert matthews(y, p) == pytest.approx(matthews_corrcoef(y, p))
+        if classes == 2:
+            assert f1(y, p) == pytest.approx(f1_score(y, p, pos_label=1))
+
+
+def test_degenerate_cases_are_zero_not_nan():
+    assert matthews([1, 1, 1], [1, 1, 1]) == 0.0  # sklearn gives 0 too
+    assert matthews([0, 1, 0, 1], [1, 1, 1, 1]) == 0.0
+    assert f1([0, 0], [0, 0]) == 0.0
+    assert pearson([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]) == 0.0
+    assert spearman([1.0, 1.0], [1.0, 2.0]) == 0.0
+
+
+def test_correlations_equal_scipy():
+    for _ in range(20):
+        n = int(RNG.integers(3, 200))
+        y = RNG.uniform(0, 5, n)
+        p = y + RNG.normal(0, 1.5, n)
+        assert pearson(y, p) == pytest.approx(stats.pearsonr(y, p)[0])
+        assert spearman(y, p) == pytest.approx(stats.spearmanr(y, p)[0])
+    ties = np.array([0, 0, 1, 1, 2, 5.0]), np.array([1, 1, 1, 3, 3, 4.0])
+    assert spearman(*ties) == pytest.approx(stats.spearmanr(*ties)[0])
+
+
+def test_compute_by_name_and_bad_input():
+    y, p = [1, 0, 1, 1], [1, 0, 0, 1]
+    assert compute(("f1", "accuracy"), y, p) == {"f1": pytest.approx(0.8), "accuracy": 0.75}
+    with pytest.raises(MetricError, match=r"metric 'bleu' is unknown; valid: accuracy, mcc"):
+        compute(("bleu",), y, p)
+    with pytest.raises(MetricError, match="equal length"):
+        accuracy([1, 0], [1])
+    with pytest.raises(MetricError, match="no examples"):
+        accuracy([], [])
+
+
+def test_percent():
+    assert percent(0.82134) == 82.1
+    assert percent(-0.5, 2) == -50.0
+
+
+def _scores(value: float) -> dict[str, dict[str, float]]:
+    scores: dict[str, dict[str, float]] = {}
+    for pairs in GLUE_COMPONENTS.values():
+        for report, metric in pairs:
+            scores.setdefault(report, {})[metric] = value
+    return scores
+
+
+def test_glue_average_averages_metrics_within_a_task_then_tasks():
+    scores = _scores(0.5)
+    scores["mrpc"] = {"f1": 0.9, "accuracy": 0.7}  # task score 0.8
+    scores["mnli_m"]["accuracy"], scores["mnli_mm"]["accuracy"] = 0.6, 0.8  # MNLI counts once: 0.7
+    expected = (0.8 + 0.7 + 6 * 0.5) / 8
+    assert glue_average(scores) == pytest.approx(expected)
+    assert glue_average(scores, ["mrpc", "mnli"]) == pytest.approx(0.75)
+
+
+def test_glue_average_names_what_is_missing():
+    scores = _scores(0.5)
+    del scores["stsb"]["spearman"]
+    with pytest.raises(MetricError, match=r"stsb needs stsb.spearman"):
+        glue_average(scores)
+    with pytest.raises(MetricError, match="not a GLUE task"):
+        glue_average(scores, ["snli"])
+
+
+def test_bootstrap_identical_systems_give_p_one():
+    y = RNG.integers(0, 2, 200)
+    p = np.where(RNG.random(200) < 0.7, y, 1 - y)
+    result = paired_bootstrap("accuracy", y, p, p, n=200, seed=1)
+    assert result.p_value == 1.0 and result.difference == 0.0 and result.mean_difference == 0.0
+
+
+def test_bootstrap_large_difference_gives_small_p():
+    y = RNG.integers(0, 2, 300)
+    good = np.where(RNG.random(300) < 0.9, y, 1 - y)
+    bad = np.where(RNG.random(300) < 0.5, y, 1 - y)
+    result = paired_bootstrap("accuracy", y, good, bad, n=500, seed=0)
+    assert result.p_value < 0.01
+    assert result.difference > 0.2 and result.mean_difference == pytest.approx(result.difference, abs=0.03)
+    assert paired_bootstrap("accuracy", y, good, bad, n=500, seed=0) == result  # seeded
+
+
+def test_bootstrap_small_difference_is_not_significant():
+    y = RNG.integers(0, 2, 100)
+    a = np.where(RNG.random(100) < 0.7, y, 1 - y)
+    b = a.copy()
+    b[np.flatnonzero(a == y)[0]] ^= 1  # one more error
+    assert paired_bootstrap("accuracy", y, a, b, n=300, seed=0).p_value > 0.3
+
+
+def test_bootstrap_takes_any_metric():
+    y = RNG.uniform(0, 5, 80)
+    result = paired_bootstrap(pearson, y, y + RNG.normal(0, 0.1, 80), RNG.uniform(0, 5, 80), n=100)
+    assert result.p_value < 0.05 and result.n == 100
