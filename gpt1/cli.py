@@ -65,6 +65,18 @@ def _pretrain(cfg, a) -> None:
     pretrain_stage(cfg, a.model, a.ids, a.tokenizer, a.out)
 
 
+def _finetune(cfg, a) -> None:
+    from gpt1.finetune import finetune_stage
+
+    finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out)
+
+
+def _zeroshot(cfg, a) -> None:
+    from gpt1.zeroshot import zeroshot_stage
+
+    zeroshot_stage(cfg, a.model_dir, a.tokenizer, a.out)
+
+
 def _export(cfg, a) -> None:
     from gpt1.hf import export_stage
 
@@ -94,6 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
            ("--out", "output folder"))
     sub.choices["pretrain"].add_argument("--model", choices=("gpt", "lstm"), default="gpt",
                                          help="the GPT-1 decoder or the LSTM baseline (default: gpt)")
+    _stage(sub, "finetune", "Fine-tune on one task (one variant, one seed) and evaluate; write OUT/metrics.json, "
+           "predictions.jsonl and curves.csv.", _finetune, ("--pretrained", "folder of the pretrain stage"),
+           ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
+    finetune = sub.choices["finetune"]
+    finetune.add_argument("--task", required=True, help="one of params.yaml's finetune_tasks, e.g. sst2")
+    finetune.add_argument("--variant", required=True, help="pretrained | scratch (see params.yaml)")
+    finetune.add_argument("--seed", type=int, required=True, help="the run's seed")
+    _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) on every pre-training snapshot; "
+           "write OUT/zeroshot.json and zeroshot.csv.", _zeroshot, ("--model-dir", "folder of the pretrain stage"),
+           ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     _stage(sub, "export", "Export a pre-trained model folder for another library.", _export,
            ("--model-dir", "folder of the pretrain stage"), ("--out", "output folder"))
     sub.choices["export"].add_argument("--format", choices=("hf",), default="hf",

@@ -90,6 +90,9 @@ def check_semantics(root: dict[str, Any]) -> None:
     """Rules JSON Schema cannot express. Raises ConfigError naming the key."""
     if root["profile"] not in root["profiles"]:
         raise ConfigError(f"profile: {root['profile']!r} is not defined; valid: {', '.join(root['profiles'])}")
+    for task, ref in root["zeroshot_reference"].items():
+        if ref["sota"] <= ref["random"]:
+            raise ConfigError(f"zeroshot_reference.{task}.sota: {ref['sota']} must exceed random={ref['random']}")
     for name, prof in root["profiles"].items():
         model = prof["model"]
         if model["n_embd"] % model["n_head"]:

@@ -53,6 +53,17 @@ def pretrain_outputs():
                   file=["model.safetensors", "model.json", "metrics.json", "curves.csv", "snapshots"])
 
 
+def finetune_outputs():
+    return expand(out("finetune", "{task}", "{variant}", "{seed}", "{file}"), task=config["finetune_tasks"],
+                  variant=config["finetune_variants"], seed=config["seeds"],
+                  file=["metrics.json", "predictions.jsonl", "curves.csv"])
+
+
+def analysis_outputs():
+    return expand(out("analyses", "zeroshot", "{model}", "{file}"), model=PRETRAINED,
+                  file=["zeroshot.json", "zeroshot.csv"])
+
+
 # dvc.yaml interpolates the profile that params.yaml names; Snakemake may run another one (--config profile=...),
 # whose outputs DVC cannot describe, so outputs are recorded in DVC only when the two profiles agree.
 with open("params.yaml") as handle:

@@ -6,6 +6,8 @@ rule dvc_commit:
     input:
         data_outputs(),
         pretrain_outputs(),
+        finetune_outputs(),
+        analysis_outputs(),
     output:
         touch(out("dvc_commit.done")),
     log:

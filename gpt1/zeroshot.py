@@ -1,0 +1,549 @@
+"""The zero-shot heuristics of the paper's §5 ("Zero-shot behaviours", Figure 2 right), scored along pre-training.
+
+The paper asks whether the generative pre-training alone teaches the model the tasks: it evaluates, with no
+fine-tuning and no task tokens, four heuristics on the language model at several points of its training:
+
+* CoLA: the sentence's average token log-probability, thresholded ("acceptable" above the threshold); MCC.
+* SST-2: append the word "very" and compare the LM's probability of "positive" and "negative" next; accuracy.
+* RACE: the answer with the highest average token log-probability given document and question; accuracy.
+* DPRD: replace the pronoun by each candidate; the candidate after which the rest of the sentence is likelier
+  wins (Trinh and Le 2018's "partial" scoring); accuracy.
+
+Every heuristic is one call of the shared scorer `score_continuations`: the log-probability of continuation tokens
+given prefix tokens, batched with right padding (causal models: padding after a sequence cannot change what the
+model computes for it), the prefix cut from the LEFT to fit n_ctx, never the continuation. Texts go through the
+tokenizer exactly as in fine-tuning (`encode_batch`), with no special tokens: the LM never saw them. Works for both
+model kinds (GPT and LSTM share `forward(idx) -> (logits, loss)` and `config.n_ctx`).
+
+Scores are normalised as in the paper: (raw - random) / (sota - random), with params.yaml's zeroshot_reference.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gpt1.errors import Gpt1Error
+from gpt1.files import read_json, require_files, staged_outputs, write_json
+from gpt1.metrics import accuracy, matthews
+from gpt1.model import GPT, LSTMLM
+from gpt1.tasks import Example, LoadedSplit, evaluation_split, get_task, load_examples, mirror_splits
+from gpt1.tokenizer import GPT1Tokenizer
+
+TASK_ORDER = ("cola", "sst2", "race", "dprd")  # the order of the paper's Figure 2 (right) legend
+METRICS = {"cola": "mcc", "sst2": "accuracy", "race": "accuracy", "dprd": "accuracy"}  # what each heuristic yields
+COLA_CONTEXT = "."  # what a sentence is conditioned on, so that its first token is scored too (see cola_probe)
+SST2_CUE = "very"
+SST2_WORDS = ("negative", "positive")  # in GLUE label order: 0 negative, 1 positive
+POSSESSIVES = frozenset({"his", "its", "their"})  # a candidate replacing one of these gets "'s" (Jimbo's car)
+BATCH_TOKENS = 8192  # padded tokens per forward pass: bounds the [batch, time, vocab] logits
+CSV_FIELDS = ("model", "step", "task", "metric", "raw", "normalised")
+JSON_FILE, CSV_FILE = "zeroshot.json", "zeroshot.csv"
+
+HEURISTICS = {
+    "cola": f"mean token log-probability of the sentence conditioned on {COLA_CONTEXT!r} (so its first token is "
+            "scored too); 'acceptable' when above a threshold chosen, per snapshot, to maximise MCC on a seeded "
+            "subset of the train split; MCC reported on the evaluation split",
+    "sst2": f"sentence + ' {SST2_CUE}', then the summed log-probability of the tokens of 'positive' vs 'negative' "
+            "(the probability of the whole word, however many BPE tokens it has); the likelier word is the label",
+    "race": "per question, the option with the highest mean token log-probability conditioned on article + ' ' + "
+            "question (the article loses its beginning first when the context overflows n_ctx)",
+    "dprd": "the pronoun (its first whole-word, case-insensitive occurrence after both candidates' first mentions; "
+            "the first occurrence anywhere if none follows them) is replaced by each candidate ('s appended for "
+            "his/its/their); the candidate after which the rest of the sentence (the tokens after it) has the "
+            "higher mean token log-probability wins",
+}
+
+
+class ZeroshotError(Gpt1Error):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The shared scorer
+
+
+@dataclass(frozen=True)
+class Window:
+    """One sequence to score: ids[start:] are the scored continuation tokens, each given everything before it."""
+
+    ids: list[int]
+    start: int
+    truncated: bool  # the prefix lost its beginning, or the continuation alone overflowed n_ctx and lost its end
+
+
+def fit_context(prefix: Sequence[int], continuation: Sequence[int], n_ctx: int) -> Window:
+    """prefix + continuation within n_ctx, cutting the prefix from the LEFT (the end next to the continuation is
+    what conditions it most). The continuation is never cut unless it alone overflows n_ctx; then one prefix token
+    (if any) is kept to condition its first token, and its end is cut. With no prefix at all the first continuation
+    token has nothing to condition on and is not scored."""
+    if n_ctx < 1:
+        raise ZeroshotError(f"n_ctx must be at least 1, got {n_ctx}")
+    reserve = 1 if prefix else 0
+    kept = list(continuation[: n_ctx - reserve])
+    room = n_ctx - len(kept)
+    head = list(prefix[max(0, len(prefix) - room) :]) if room > 0 else []
+    truncated = len(head) < len(prefix) or len(kept) < len(continuation)
+    return Window(head + kept, max(len(head), 1), truncated)
+
+
+def _batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+    """Row indices grouped longest first, each group's padded size (rows x longest) within batch_tokens: sorting
+    by length keeps padding, and so wasted compute, small."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= batch_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _logits_at(model: nn.Module, ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """forward(ids)'s logits at positions where[:, t] (t < T - 1), as [N, vocab]. For our two models the LM head
+    runs on those positions only (GPT: lm_head(transformer); LSTM: the same, its dropout being off in eval mode):
+    RACE scores a few answer tokens after a long context, so this skips most of the [B, T, vocab] projection."""
+    if isinstance(model, GPT | LSTMLM) and not model.training:
+        return model.lm_head(model.transformer(ids)[:, :-1][where])
+    logits, _ = model(ids)
+    return logits[:, :-1][where]
+
+
+@torch.inference_mode()
+def _token_logprobs(model: nn.Module, windows: Sequence[Window], batch_tokens: int) -> list[np.ndarray]:
+    """log p of every scored token of every window (an empty array where nothing is scored)."""
+    out: list[np.ndarray] = [np.zeros(0)] * len(windows)
+    device = _device(model)
+    live = [i for i, w in enumerate(windows) if len(w.ids) > w.start]  # windows with at least one scored token
+    for batch in _batches([len(windows[i].ids) for i in live], batch_tokens):
+        group = [live[b] for b in batch]
+        width = max(len(windows[i].ids) for i in group)
+        ids = torch.zeros((len(group), width), dtype=torch.long)  # right padding: 0 is as good as any token
+        scored = torch.zeros((len(group), width), dtype=torch.bool)
+        for row, i in enumerate(group):
+            w = windows[i]
+            ids[row, : len(w.ids)] = torch.tensor(w.ids)
+            scored[row, w.start : len(w.ids)] = True
+        ids, scored = ids.to(device), scored.to(device)
+        # logits[:, t] predicts ids[:, t + 1]: only the positions before a scored token are needed.
+        chosen = _logits_at(model, ids, scored[:, 1:]).float().log_softmax(-1)
+        values = chosen.gather(1, ids[:, 1:][scored[:, 1:]].unsqueeze(1)).squeeze(1).double().cpu().numpy()
+        counts = scored.sum(1).tolist()
+        for i, part in zip(group, np.split(values, np.cumsum(counts)[:-1]), strict=True):
+            out[i] = part
+    return out
+
+
+def score_continuations(
+    model: nn.Module,
+    prefixes: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    *,
+    n_ctx: int | None = None,
+    reduction: str = "mean",
+    batch_tokens: int = BATCH_TOKENS,
+) -> np.ndarray:
+    """Per example, the mean (or sum) log-probability of the continuation's tokens given the prefix, under `model`
+    in eval mode; n_ctx defaults to model.config.n_ctx. An example with no scored token scores 0 (log 1)."""
+    if reduction not in ("mean", "sum"):
+        raise ZeroshotError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    if len(prefixes) != len(continuations):
+        raise ZeroshotError(f"{len(prefixes)} prefixes but {len(continuations)} continuations")
+    n_ctx = n_ctx or model.config.n_ctx
+    model.eval()  # dropout off: a score is a property of the weights
+    windows = [fit_context(p, c, n_ctx) for p, c in zip(prefixes, continuations, strict=True)]
+    per_token = _token_logprobs(model, windows, batch_tokens)
+    reduce = np.mean if reduction == "mean" else np.sum
+    return np.array([float(reduce(v)) if v.size else 0.0 for v in per_token])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Probes: each task's token ids, built once, scored under every snapshot
+
+
+@dataclass(frozen=True)
+class ChoiceProbe:
+    """Multiple-choice items (SST-2: the two label words, RACE: four options, DPRD: two candidates) as token ids,
+    example-major: example i's options are rows i*k .. i*k+k-1. Prediction: the option with the best score."""
+
+    prefixes: list[list[int]]
+    continuations: list[list[int]]
+    n_options: int
+    labels: np.ndarray
+    reduction: str
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
+class ColaProbe:
+    """Sentences conditioned on `context`: a fit split chooses the threshold, the test split is reported."""
+
+    context: list[int]
+    fit_sentences: list[list[int]]
+    fit_labels: np.ndarray
+    test_sentences: list[list[int]]
+    test_labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.test_labels)
+
+
+def _encode(tokenizer: GPT1Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Encode each distinct text once (RACE repeats an article for every question and option)."""
+    distinct = sorted(set(texts))
+    table = dict(zip(distinct, tokenizer.encode_batch(distinct), strict=True))
+    return [table[t] for t in texts]
+
+
+def _labels(examples: Sequence[Example]) -> np.ndarray:
+    return np.array([int(e.label) for e in examples], dtype=np.int64)
+
+
+def cola_probe(tokenizer: GPT1Tokenizer, fit: Sequence[Example], test: Sequence[Example]) -> ColaProbe:
+    """Each sentence is conditioned on the encoding of COLA_CONTEXT ('.'): in running text a sentence follows a
+    period, so every token of the sentence, its first included, is scored with an ordinary left context (with no
+    context the first token could not be scored at all, and a one-word difference there would go unseen)."""
+    sentences = _encode(tokenizer, [e.texts[0] for e in (*fit, *test)])
+    return ColaProbe(tokenizer.encode(COLA_CONTEXT), sentences[: len(fit)], _labels(fit), sentences[len(fit) :],
+                     _labels(test))
+
+
+def sst2_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceProbe:
+    """Prefix: the sentence + ' very'; options: 'negative', 'positive' (GLUE's label order), each summed over its
+    BPE tokens so that the score is the log-probability of the whole word."""
+    prefixes = _encode(tokenizer, [f"{e.texts[0].rstrip()} {SST2_CUE}" for e in examples])
+    words = _encode(tokenizer, list(SST2_WORDS))
+    return ChoiceProbe([p for p in prefixes for _ in words], [w for _ in prefixes for w in words], len(words),
+                       _labels(examples), "sum")
+
+
+def race_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceProbe:
+    """Prefix: article + ' ' + question (the fine-tuning context); options: the four answers, mean-scored."""
+    k = len(examples[0].choices or ()) if examples else 4
+    if any(len(e.choices or ()) != k for e in examples):
+        raise ZeroshotError(f"race: every question needs {k} options")
+    prefixes = _encode(tokenizer, [" ".join(e.texts) for e in examples for _ in range(k)])
+    answers = _encode(tokenizer, [c for e in examples for c in e.choices or ()])
+    return ChoiceProbe(prefixes, answers, k, _labels(examples), "mean")
+
+
+def _word(text: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(text)}(?!\w)", re.IGNORECASE)
+
+
+def pronoun_span(sentence: str, pronoun: str, candidates: Sequence[str]) -> tuple[int, int]:
+    """(start, end) of the pronoun to resolve: its first whole-word occurrence (case-insensitive) after the first
+    mentions of both candidates. In DPR (Rahman and Ng 2012) the target pronoun follows both candidates, and an
+    earlier occurrence is another pronoun ("The workers were told they had been fired by the company, because they
+    ..."); the first one after the candidates is the target wherever the mirror's sentences say it twice. A
+    candidate missing from the sentence is ignored; with no occurrence after the candidates, the first one counts."""
+    occurrences = [m.span() for m in _word(pronoun).finditer(sentence)]
+    if not occurrences:
+        raise ZeroshotError(f"dprd: pronoun {pronoun!r} does not occur as a word in {sentence!r}")
+    ends = [m.end() for c in candidates if (m := _word(c).search(sentence))]
+    after = [span for span in occurrences if span[0] >= max(ends, default=0)]
+    return (after or occurrences)[0]
+
+
+def dprd_texts(sentence: str, pronoun: str, candidates: Sequence[str]) -> list[tuple[str, str]]:
+    """(sentence up to the pronoun + candidate, the rest of the sentence) per candidate."""
+    start, end = pronoun_span(sentence, pronoun, candidates)
+    suffix = "'s" if pronoun.lower() in POSSESSIVES else ""
+    return [(sentence[:start] + candidate + suffix, sentence[end:]) for candidate in candidates]
+
+
+def dprd_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceProbe:
+    """Prefix: the sentence up to the pronoun with a candidate in its place; continuation: the rest of the sentence,
+    the same tokens for every candidate, so only the conditioning differs (encoded apart from the prefix, so the
+    continuation's tokens are identical across candidates)."""
+    pairs = [pair for e in examples for pair in dprd_texts(e.texts[0], e.texts[1], e.choices or ())]
+    k = len(examples[0].choices or ()) if examples else 2
+    return ChoiceProbe(_encode(tokenizer, [p for p, _ in pairs]), _encode(tokenizer, [c for _, c in pairs]), k,
+                       _labels(examples), "mean")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Predictions and metrics
+
+
+def predict_choices(model: nn.Module, probe: ChoiceProbe, n_ctx: int | None = None,
+                    batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """The best-scoring option of every example (ties: the first)."""
+    scores = score_continuations(model, probe.prefixes, probe.continuations, n_ctx=n_ctx,
+                                 reduction=probe.reduction, batch_tokens=batch_tokens)
+    return scores.reshape(len(probe), probe.n_options).argmax(1)
+
+
+def choose_threshold(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """(threshold, MCC) maximising the MCC of 'label 1 when score > threshold' on these examples. Candidates: below
+    every score, and the midpoints between consecutive distinct scores; ties go to the lowest threshold."""
+    values = np.unique(np.asarray(scores, dtype=np.float64))
+    candidates = [values[0] - 1.0, *((values[:-1] + values[1:]) / 2)]
+    best = max(candidates, key=lambda t: (matthews(labels, (scores > t).astype(int)), -t))
+    return float(best), matthews(labels, (scores > best).astype(int))
+
+
+def evaluate_cola(model: nn.Module, probe: ColaProbe, n_ctx: int | None = None,
+                  batch_tokens: int = BATCH_TOKENS) -> dict[str, float]:
+    """MCC on the test sentences, thresholded where MCC is best on the (separate) fit sentences."""
+    def scores(sentences: list[list[int]]) -> np.ndarray:
+        return score_continuations(model, [probe.context] * len(sentences), sentences, n_ctx=n_ctx,
+                                   batch_tokens=batch_tokens)
+
+    threshold, fit_mcc = choose_threshold(scores(probe.fit_sentences), probe.fit_labels)
+    predictions = (scores(probe.test_sentences) > threshold).astype(int)
+    return {"raw": matthews(probe.test_labels, predictions), "threshold": threshold, "threshold_split_mcc": fit_mcc}
+
+
+def evaluate_probe(model: nn.Module, probe: ChoiceProbe | ColaProbe, n_ctx: int | None = None,
+                   batch_tokens: int = BATCH_TOKENS) -> dict[str, float]:
+    """{'raw': the task's metric, ...}: MCC for CoLA, accuracy for the multiple-choice probes."""
+    if isinstance(probe, ColaProbe):
+        return evaluate_cola(model, probe, n_ctx, batch_tokens)
+    return {"raw": accuracy(probe.labels, predict_choices(model, probe, n_ctx, batch_tokens))}
+
+
+def normalise(raw: float, reference: dict[str, Any]) -> float:
+    """The paper's scale: 0 = random guessing, 1 = the state of the art of the time."""
+    return (raw - reference["random"]) / (reference["sota"] - reference["random"])
+
+
+def count_truncated(probe: ChoiceProbe | ColaProbe, n_ctx: int) -> int:
+    """Rows whose prefix (or, rarely, continuation) did not fit n_ctx whole."""
+    if isinstance(probe, ColaProbe):
+        pairs = [(probe.context, s) for s in (*probe.fit_sentences, *probe.test_sentences)]
+    else:
+        pairs = list(zip(probe.prefixes, probe.continuations, strict=True))
+    return sum(fit_context(p, c, n_ctx).truncated for p, c in pairs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The stage
+
+
+@dataclass(frozen=True)
+class TaskData:
+    name: str
+    probe: ChoiceProbe | ColaProbe
+    split: str
+    info: dict[str, Any]  # what zeroshot.json says about the task's data
+
+
+@dataclass(frozen=True)
+class Point:
+    """One model along pre-training: a snapshot, or the final weights."""
+
+    index: int | None  # the snapshot's index; None for the final model
+    step: int
+    tokens: int
+    val_loss: float | None
+    weights: Path
+
+
+def _split_of(name: str, present: list[str] | None) -> str:
+    spec = get_task(name)
+    report = next(r for r in spec.reports if not r.configs)  # the whole task (RACE: middle and high together)
+    return evaluation_split(spec, report, present)
+
+
+def _load(cfg: Any, name: str, split: str) -> LoadedSplit:
+    settings = cfg.section("zeroshot")
+    synthetic = cfg.section("corpus")["source"] == "synthetic"
+    return load_examples(name, split, None if synthetic else cfg.data_mirror, max_examples=settings["max_examples"],
+                         synthetic=synthetic, seed=settings["seed"])
+
+
+def _present(cfg: Any, name: str) -> list[str] | None:
+    """Splits that exist where the data comes from (None: the hub or synthetic data, which have them all)."""
+    mirror = cfg.data_mirror
+    if cfg.section("corpus")["source"] == "synthetic" or mirror is None:
+        return None
+    return mirror_splits(get_task(name), mirror)
+
+
+def prepare_task(cfg: Any, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -> TaskData:
+    split = _split_of(name, _present(cfg, name))
+    loaded = _load(cfg, name, split)
+    info: dict[str, Any] = {"split": split, "examples": len(loaded.examples), "data": loaded.describe(),
+                            "heuristic": HEURISTICS[name]}
+    if name == "cola":
+        fit_split = get_task(name).train
+        fit = _load(cfg, name, fit_split)
+        probe: ChoiceProbe | ColaProbe = cola_probe(tokenizer, fit.examples, loaded.examples)
+        info.update(threshold_split=fit_split, threshold_examples=len(fit.examples), threshold_data=fit.describe())
+    else:
+        probe = {"sst2": sst2_probe, "race": race_probe, "dprd": dprd_probe}[name](tokenizer, loaded.examples)
+    if name == "dprd":
+        info["note"] = f"DPR has no training here, so its {split!r} split is a legitimate evaluation split"
+    info["truncated_rows"] = count_truncated(probe, n_ctx)
+    return TaskData(name, probe, split, info)
+
+
+def check_inputs(model_dir: Path, tokenizer: GPT1Tokenizer) -> dict[str, Any]:
+    """Fail before any work: the pretrain outputs must be there and made with this tokenizer. Returns model.json."""
+    from gpt1.pretrain import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX
+
+    require_files("pretrain", model_dir / SNAPSHOT_DIR / SNAPSHOT_INDEX, model_dir / MODEL_JSON,
+                  model_dir / MODEL_FILE)
+    meta = read_json(model_dir / MODEL_JSON)
+    if meta.get("tokenizer_sha256") != tokenizer.fingerprint():
+        raise ZeroshotError(
+            f"{model_dir / MODEL_JSON}: tokenizer_sha256 {meta.get('tokenizer_sha256')} differs from the tokenizer's "
+            f"{tokenizer.fingerprint()}; pass the tokenizer the model was pre-trained with, or re-run gpt1 pretrain"
+        )
+    return meta
+
+
+def check_references(references: dict[str, Any]) -> dict[str, Any]:
+    """zeroshot_reference of every task, its metric the one the heuristic yields (the normalisation needs both)."""
+    for name in TASK_ORDER:
+        if name not in references:
+            raise ZeroshotError(f"zeroshot_reference.{name}: missing; valid tasks: {', '.join(TASK_ORDER)}")
+        if references[name]["metric"] != METRICS[name]:
+            raise ZeroshotError(f"zeroshot_reference.{name}.metric: {references[name]['metric']!r}, but the "
+                                f"{name} heuristic yields {METRICS[name]!r}")
+    return {name: references[name] for name in TASK_ORDER}
+
+
+def list_points(model_dir: Path, meta: dict[str, Any]) -> list[Point]:
+    """Every kept snapshot in order, then the final model if it is not the last snapshot already."""
+    from gpt1.pretrain import MODEL_FILE, iter_snapshots
+
+    points = [Point(e["index"], int(e["step"]), int(e["tokens"]), e.get("val_loss"), path)
+              for e, path in iter_snapshots(model_dir)]
+    require_files("pretrain", *(p.weights for p in points))
+    if not points or points[-1].step != meta["step"]:
+        points.append(Point(None, int(meta["step"]), int(meta["tokens"]), None, model_dir / MODEL_FILE))
+    return points
+
+
+def load_point(point: Point, tokenizer_sha256: str, device: torch.device) -> nn.Module:
+    from gpt1.pretrain import load_pretrained
+
+    model, meta = load_pretrained(point.weights)
+    if meta.get("tokenizer_sha256") not in (None, tokenizer_sha256):
+        raise ZeroshotError(f"{point.weights}: made with tokenizer {meta['tokenizer_sha256']}, not {tokenizer_sha256}")
+    return model.to(device).eval()
+
+
+def score_point(model: nn.Module, tasks: Sequence[TaskData], references: dict[str, Any], bar: Any = None
+                ) -> dict[str, dict[str, Any]]:
+    """Every task's raw metric, normalised score, size and split under one model."""
+    results = {}
+    for task in tasks:
+        ref = references[task.name]
+        scored = evaluate_probe(model, task.probe)
+        raw = scored.pop("raw")
+        results[task.name] = {"metric": ref["metric"], "raw": raw, "normalised": normalise(raw, ref),
+                              "examples": len(task.probe), "split": task.split, **scored}
+        if bar is not None:
+            bar.update(1)
+    return results
+
+
+def _csv_rows(kind: str, entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"model": kind, "step": e["step"], "task": task, "metric": r["metric"], "raw": r["raw"],
+             "normalised": r["normalised"]} for e in entries for task, r in e["tasks"].items()]
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _mlflow_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    out = {}
+    for task, r in results.items():
+        out[f"{task}_{r['metric']}"] = r["raw"]
+        out[f"{task}_normalised"] = r["normalised"]
+    return out
+
+
+def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """`gpt1 zeroshot`: the four heuristics on every snapshot of MODEL_DIR (and its final model); writes
+    OUT/zeroshot.json and OUT/zeroshot.csv together, logs an MLflow run (x axis: the snapshot's update count)."""
+    from tqdm import tqdm
+
+    from gpt1.tracking import stage_run
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    tokenizer = GPT1Tokenizer.load(tokenizer_dir)
+    meta = check_inputs(model_dir, tokenizer)
+    points = list_points(model_dir, meta)
+    references = check_references(cfg.root["zeroshot_reference"])
+    n_ctx = int(meta["config"]["n_ctx"])
+    tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
+    for stale in (out_dir / JSON_FILE, out_dir / CSV_FILE):  # an earlier run's results must not outlive a failure
+        stale.unlink(missing_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind = meta["kind"]
+    params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
+              "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
+
+    with stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+        run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
+        entries = []
+        with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
+            for point in points:
+                model = load_point(point, tokenizer.fingerprint(), device)
+                results = score_point(model, tasks, references, bar)
+                entries.append({"index": point.index, "step": point.step, "tokens": point.tokens,
+                                "val_loss": point.val_loss, "final": point.index is None,
+                                "weights": str(point.weights), "tasks": results})
+                run.log_metrics(_mlflow_metrics(results), step=point.step)
+        report = {
+            "model_kind": kind, "model_dir": str(model_dir), "profile": cfg.profile, "n_ctx": n_ctx,
+            "tokenizer_sha256": tokenizer.fingerprint(), "zeroshot": cfg.section("zeroshot"),
+            "references": references, "tasks": {t.name: t.info for t in tasks}, "snapshots": entries,
+            "notes": [
+                "No fine-tuning: the pre-trained language model alone, with no special tokens (the LM never saw them).",
+                "CoLA: the threshold is chosen separately for every snapshot on a seeded subset of the train split "
+                f"(maximising MCC there), never on the reported split; MCC is reported on {tasks[0].split!r}.",
+                "normalised = (raw - random) / (sota - random) with `references` (the paper's Figure 2 scale).",
+                "The final model is the last entry (final: true) only when its step differs from the last snapshot's.",
+            ],
+        }
+        with staged_outputs(out_dir / JSON_FILE, out_dir / CSV_FILE) as (json_tmp, csv_tmp):
+            write_json(json_tmp, report)
+            _write_csv(csv_tmp, _csv_rows(kind, entries))
+        run.log_artifact(out_dir / JSON_FILE)
+        run.log_artifact(out_dir / CSV_FILE)
+    return report
+
+
+__all__ = [
+    "ChoiceProbe",
+    "ColaProbe",
+    "Window",
+    "choose_threshold",
+    "cola_probe",
+    "dprd_probe",
+    "dprd_texts",
+    "evaluate_cola",
+    "evaluate_probe",
+    "fit_context",
+    "normalise",
+    "predict_choices",
+    "pronoun_span",
+    "race_probe",
+    "score_continuations",
+    "sst2_probe",
+    "zeroshot_stage",
+]

@@ -1,0 +1,31 @@
+# Analyses of the paper's section 5: zero-shot behaviour along pre-training (Figure 2 right).
+
+
+rule zeroshot:
+    input:
+        code=code("zeroshot", "tasks", "metrics"),
+        weights=out("pretrain", "{model}", "model.safetensors"),
+        config=out("pretrain", "{model}", "model.json"),
+        snapshots=out("pretrain", "{model}", "snapshots"),
+        tokenizer=out("tokenizer", "tokenizer.json"),
+        meta=out("tokenizer", "gpt1_tokenizer.json"),
+    output:
+        json=out("analyses", "zeroshot", "{model}", "zeroshot.json"),
+        csv=out("analyses", "zeroshot", "{model}", "zeroshot.csv"),
+    wildcard_constraints:
+        model="gpt|lstm",
+    params:
+        profile=PROFILE,
+        model_dir=folder_of_input("weights"),
+        tokenizer=folder_of_input("tokenizer"),
+        out=folder_of_output("json"),
+        zeroshot=SETTINGS["zeroshot"],
+        reference=config["zeroshot_reference"],
+    threads: workflow.cores
+    log:
+        log_file("zeroshot-{model}"),
+    conda:
+        ENV
+    shell:
+        "python -m gpt1 zeroshot --profile {params.profile} --model-dir {params.model_dir}"
+        " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
