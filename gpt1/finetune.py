@@ -1,0 +1,993 @@
+"""Fine-tuning (paper §3.2-3.3): task heads on the extract token, L3 = L2 + λ·L1, the loop, evaluation, outputs.
+
+One job = one task x one variant x one seed. The pieces, in the order a job runs them:
+
+* Variants (`VARIANTS`): where the weights and the tokenizer come from -- our pre-trained GPT (`pretrained`), the
+  same architecture randomly initialised (`scratch`), our GPT without the auxiliary LM loss (`no_aux`), our LSTM
+  (`lstm`), or the released GPT-1 (`released`). `transfer_layers=k` keeps the embeddings and the first k blocks
+  and re-initialises the rest (Figure 2, left).
+* Model: the start/delimiter/extract tokens are appended to the embedding (N(0, 0.02)); a head reads the last
+  layer's state at the extract token. classification/entailment: dropout + Linear(C, labels); similarity: the two
+  orders' states summed, then dropout + Linear (2 classes, or 1 output with MSE for STS-B); multiple choice: one
+  score per (context, answer) sequence, softmax over the answers.
+* Objective: L3 = L2 + λ·L1, L1 the next-token loss over the real tokens of every task sequence (padding ignored).
+* Recipe (params.yaml `finetune`): AdamW with decoupled weight decay on matrices only, linear warm-up then linear
+  decay to 0, no early stopping. Story Cloze alone selects its best epoch on a slice of its training cut (below).
+* Splits: the task's train split or its declared cut; every report is scored on `tasks.evaluation_split`, and on
+  the complement of the training cut when that is the same split, so no example is both trained and scored on.
+* Outputs (written together, atomically): metrics.json, predictions.jsonl, curves.csv; one MLflow run.
+
+Data seeds: the caps of max_train_examples / max_eval_examples use a fixed seed (DATA_SEED), so every variant and
+seed of a task sees the same examples and their predictions can be compared pairwise; the job's seed decides
+initialisation, dropout and batch order.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from gpt1 import metrics as metric_lib
+from gpt1.errors import Gpt1Error
+from gpt1.files import read_json, staged_outputs, write_json
+from gpt1.model import GPT, LSTMLM
+from gpt1.tasks import (
+    FINETUNE_TASKS,
+    Cut,
+    Example,
+    LoadedSplit,
+    Report,
+    TaskSpec,
+    Transformed,
+    evaluation_split,
+    get_task,
+    load_examples,
+    mirror_splits,
+    report_examples,
+    transform_batch,
+)
+from gpt1.tokenizer import FINETUNE_SPECIALS, GPT1Tokenizer
+
+METRICS_FILE = "metrics.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+CURVES_FILE = "curves.csv"
+OUTPUT_FILES = (METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE)
+CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
+MODEL_FILE, MODEL_JSON = "model.safetensors", "model.json"  # what `gpt1 pretrain` writes (gpt1.pretrain)
+# Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+INIT_STD = 0.02  # heads, new token rows and re-initialised blocks: the paper's N(0, 0.02)
+DATA_SEED = 0  # caps and the selection slice do not depend on the job's seed: runs stay pairwise comparable
+IGNORE = -100  # cross-entropy's ignore_index
+# Tasks that keep the best epoch on a validation slice of the training cut (the paper's protocol for Story Cloze).
+SELECT_BEST_EPOCH = frozenset({"story_cloze"})
+SELECTION_FRACTION = 0.1
+RELEASED_HUB_ID = "openai-community/openai-gpt"
+REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
+RELEASED_VOCAB_FILES = (("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt"))
+
+
+class FinetuneError(Gpt1Error):
+    """Bad fine-tuning input: names the file, key or argument, and what would be valid."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Variants
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    init: Literal["checkpoint", "random", "released"]  # weights: our pretrain folder, its config only, or GPT-1's
+    model_kind: Literal["gpt", "lstm"]  # what the pretrain folder must hold
+    lm_weight: float | None  # None: finetune.lm_weight; a number overrides it (no_aux: 0)
+    description: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("pretrained", "checkpoint", "gpt", None, "our pre-trained GPT"),
+    Variant("scratch", "random", "gpt", None, "the same architecture, randomly initialised (no pre-training)"),
+    Variant("no_aux", "checkpoint", "gpt", 0.0, "our pre-trained GPT without the auxiliary LM loss (λ = 0)"),
+    Variant("lstm", "checkpoint", "lstm", None, "our pre-trained LSTM language model"),
+    Variant("released", "released", "gpt", None, f"the released GPT-1 ({RELEASED_HUB_ID})"),
+)}  # fmt: skip
+
+
+def get_variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise FinetuneError(f"--variant {name!r} is unknown; valid: {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def _task(name: str) -> TaskSpec:
+    if name not in FINETUNE_TASKS:
+        get_task(name)  # an unknown name: TaskError listing every registered task
+        raise FinetuneError(f"--task {name!r} is an analysis dataset (zero-shot), not fine-tuned; "
+                            f"valid: {', '.join(FINETUNE_TASKS)}")
+    return get_task(name)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model and tokenizer
+
+
+def _require_pretrain_files(folder: Path, variant: Variant) -> None:
+    stage = "gpt1 pretrain --model lstm" if variant.model_kind == "lstm" else "gpt1 pretrain"
+    needed = (MODEL_JSON,) if variant.init == "random" else (MODEL_JSON, MODEL_FILE)
+    for name in needed:
+        if not (folder / name).is_file():
+            raise FinetuneError(f"{folder / name}: missing; run the pretrain stage ({stage} --out {folder}) first")
+
+
+def _is_local(source: str) -> bool:
+    """A path rather than a hub id ('org/name'): absolute, relative with ./.., or deeper than org/name."""
+    return Path(source).exists() or source.startswith((".", "/", "~")) or source.count("/") > 1
+
+
+def _has_released_vocab(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / v).is_file() and (folder / m).is_file() for v, m in RELEASED_VOCAB_FILES)
+
+
+def released_tokenizer(source: str, tokenizer_dir: Path | None) -> tuple[GPT1Tokenizer, str]:
+    """The released BPE: beside the weights, else in tokenizer_dir, else the shared reference copy (the same
+    files the hub publishes), else from the hub id. Returns (tokenizer, where it came from)."""
+    from gpt1.tokenizer import load_released
+
+    candidates = [Path(source), tokenizer_dir, REFERENCE_BPE]
+    for folder in candidates:
+        if folder is not None and _has_released_vocab(Path(folder)):
+            return load_released(folder), str(folder)
+    if not _is_local(source):
+        return load_released(source), source
+    raise FinetuneError(f"{source}: no released vocabulary ({' or '.join(' + '.join(p) for p in RELEASED_VOCAB_FILES)})"
+                        f" there, in {tokenizer_dir} or in {REFERENCE_BPE}")
+
+
+def load_tokenizer(variant: Variant, pretrained: str, tokenizer_dir: Path | None) -> tuple[GPT1Tokenizer, str]:
+    if variant.init == "released":
+        return released_tokenizer(pretrained, tokenizer_dir)
+    if tokenizer_dir is None:
+        raise FinetuneError(f"--tokenizer is required for variant {variant.name} (the folder of gpt1 bpe)")
+    return GPT1Tokenizer.load(tokenizer_dir), str(tokenizer_dir)
+
+
+def load_backbone(variant: Variant, pretrained: str) -> tuple[nn.Module, dict[str, Any]]:
+    """(language model, meta) for a variant; meta as gpt1.pretrain.load_pretrained returns it."""
+    from gpt1.pretrain import build_model, config_from_dict, load_pretrained
+
+    if variant.init == "released":
+        if _is_local(pretrained) and not (Path(pretrained) / "config.json").is_file():
+            raise FinetuneError(f"{Path(pretrained) / 'config.json'}: missing; give a Hugging Face OpenAIGPT folder "
+                                f"(gpt1 export --format hf) or a hub id such as {RELEASED_HUB_ID}")
+        return load_pretrained(pretrained)
+    folder = Path(pretrained)
+    _require_pretrain_files(folder, variant)
+    meta = read_json(folder / MODEL_JSON)
+    if meta.get("kind") != variant.model_kind:
+        raise FinetuneError(f"{folder / MODEL_JSON}: holds a {meta.get('kind')!r} model; variant {variant.name} "
+                            f"needs {variant.model_kind!r} (gpt1 pretrain --model {variant.model_kind})")
+    if variant.init == "random":
+        # The "no pre-training" ablation: the pre-trained model's architecture, nothing of its weights.
+        config = config_from_dict(meta["kind"], meta["config"], str(folder / MODEL_JSON))
+        return build_model(meta["kind"], config), {**meta, "source": str(folder / MODEL_JSON), "step": 0, "tokens": 0}
+    return load_pretrained(folder)
+
+
+def check_pair(model: nn.Module, meta: dict[str, Any], tokenizer: GPT1Tokenizer, where: str, tok_where: str) -> None:
+    """Refuse, before training, a checkpoint and tokenizer that do not belong together, or that leave the
+    specials nowhere to go: the specials take ids base_vocab..base_vocab+2, right after the checkpoint's rows."""
+    base = tokenizer.base_vocab_size
+    expected = {name: base + i for i, name in enumerate(FINETUNE_SPECIALS)}
+    if tokenizer.specials != expected:
+        raise FinetuneError(f"{tok_where}: the tokenizer's specials are {tokenizer.specials}, expected {expected} "
+                            f"(the start/delimiter/extract tokens right after its {base} BPE tokens)")
+    vocab = model.config.vocab_size
+    if vocab > base:
+        raise FinetuneError(f"{where}: the checkpoint has {vocab} token rows, more than the tokenizer's {base} "
+                            f"({tok_where}): no room for the specials at ids {base}..{base + 2} (already resized, "
+                            f"or another tokenizer)")
+    if vocab < base:
+        raise FinetuneError(f"{where}: the checkpoint has {vocab} token rows, the tokenizer {tok_where} has {base}; "
+                            f"use the tokenizer the model was pre-trained with")
+    sha = meta.get("tokenizer_sha256")
+    if sha and sha != tokenizer.fingerprint():
+        raise FinetuneError(f"{where}: pre-trained with tokenizer sha256 {sha[:12]}..., but {tok_where} is "
+                            f"{tokenizer.fingerprint()[:12]}...; use the tokenizer folder of the same pipeline run")
+    if model.config.n_ctx < len(FINETUNE_SPECIALS) + 1:
+        raise FinetuneError(f"{where}: n_ctx={model.config.n_ctx} leaves no room for text beside the 3 specials")
+
+
+def add_specials(model: nn.Module, tokenizer: GPT1Tokenizer) -> None:
+    """Append rows for start/delimiter/extract, N(0, 0.02); the old rows (and GPT's LM-head tie) stay."""
+    model.resize_token_embeddings(tokenizer.vocab_size, std=INIT_STD)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    kept: list[str]  # parameter names taken from the checkpoint
+    reinitialised: list[str]  # parameter names drawn afresh
+
+
+def transfer_init(model: GPT, k: int) -> Transfer:
+    """Keep the embeddings (and so the tied LM head) and blocks 0..k-1; re-initialise blocks k.. as a fresh GPT
+    would: Linear N(0, 0.02) and bias 0, LayerNorm gain 1 and bias 0 (paper Figure 2, left: k = 0 keeps only the
+    embeddings). Uses the global torch RNG: seed it first."""
+    if not isinstance(model, GPT):
+        raise FinetuneError("transfer_layers needs a GPT checkpoint (variants pretrained, no_aux, released)")
+    if not 0 <= k <= model.config.n_layer:
+        raise FinetuneError(f"transfer_layers={k}: valid values are 0..{model.config.n_layer} (the model's n_layer)")
+    reset = {f"h.{i}." for i in range(k, model.config.n_layer)}
+    with torch.no_grad():
+        for block in model.h[k:]:
+            for module in block.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.normal_(module.weight, 0.0, INIT_STD)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+                elif isinstance(module, nn.LayerNorm):
+                    nn.init.ones_(module.weight)
+                    nn.init.zeros_(module.bias)
+    names = [name for name, _ in model.named_parameters()]
+    fresh = [n for n in names if any(n.startswith(prefix) for prefix in reset)]
+    return Transfer([n for n in names if n not in fresh], fresh)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Heads and the objective
+
+
+def _state_width(lm: nn.Module) -> int:
+    """Width of the last hidden state: n_embd for GPT, the LSTM's hidden size for LSTMLM."""
+    return lm.config.hidden_size if isinstance(lm, LSTMLM) else lm.config.n_embd
+
+
+def is_regression(spec: TaskSpec) -> bool:
+    return spec.encoding == "float"
+
+
+class TaskHead(nn.Module):
+    """The task's output layer over the extract-token states [B, S, C] of each example's S sequences.
+
+    classification / entailment (S = 1): dropout + Linear(C, num_labels) -> [B, num_labels]
+    similarity (S = 2, both orders): sum over the orders (the paper: "added element-wise") then dropout + Linear
+        -> [B, 2] (MRPC, QQP) or [B, 1] (STS-B regression)
+    multiple choice (S = k answers): dropout + Linear(C, 1) per sequence -> [B, k] scores, softmaxed over answers
+    """
+
+    def __init__(self, kind: str, width: int, outputs: int, dropout: float) -> None:
+        super().__init__()
+        self.kind = kind
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(width, outputs)
+        nn.init.normal_(self.linear.weight, 0.0, INIT_STD)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        if self.kind == "multiple_choice":
+            return self.linear(self.dropout(states)).squeeze(-1)
+        pooled = states.sum(dim=1) if self.kind == "similarity" else states[:, 0]
+        return self.linear(self.dropout(pooled))
+
+
+def head_outputs(spec: TaskSpec) -> int:
+    if spec.kind == "multiple_choice":
+        return 1  # one score per answer sequence
+    return 1 if is_regression(spec) else spec.num_labels
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # [B * S, T] right-padded
+    lengths: torch.Tensor  # [B * S] real tokens per sequence (the extract token is at lengths - 1)
+    labels: torch.Tensor  # [B] class / answer ids (long) or scores (float)
+    per_example: int  # S: sequences per example
+
+    @property
+    def real_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.tokens.to(device), self.lengths.to(device), self.labels.to(device), self.per_example)
+
+
+def collate(transformed: Sequence[Transformed], labels: Sequence[int | float], regression: bool,
+            pad_id: int = 0) -> Batch:
+    """Right-pad every sequence to the longest: attention is causal, so no real position ever sees padding, and
+    the extract token sits at each sequence's own last real position."""
+    sequences = [s for t in transformed for s in t.sequences]
+    per_example = len(transformed[0].sequences)
+    longest = max(len(s) for s in sequences)
+    tokens = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        tokens[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    dtype = torch.float32 if regression else torch.long
+    return Batch(tokens, lengths, torch.tensor(list(labels), dtype=dtype), per_example)
+
+
+def lm_targets(tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """targets[:, t] = tokens[:, t + 1] where t + 1 is a real token, else IGNORE (padding and the last token):
+    L1 predicts every real token after the start token, specials included, as OpenAI's fine-tuning code did."""
+    targets = torch.full_like(tokens, IGNORE)
+    targets[:, :-1] = tokens[:, 1:]
+    positions = torch.arange(tokens.size(1), device=tokens.device).unsqueeze(0)
+    return targets.masked_fill(positions + 1 >= lengths.unsqueeze(1), IGNORE)
+
+
+def _lm_logits(lm: nn.Module, states: torch.Tensor) -> torch.Tensor:
+    # LSTMLM.forward applies its dropout between the LSTM and the output layer; GPT's tied head reads h directly.
+    if isinstance(lm, LSTMLM):
+        states = lm.drop(states)
+    return lm.lm_head(states)
+
+
+@dataclass
+class Losses:
+    total: torch.Tensor  # L3 = L2 + λ·L1
+    clf: torch.Tensor  # L2
+    lm: torch.Tensor  # L1
+
+
+class FinetuneModel(nn.Module):
+    """A pre-trained language model (GPT or LSTM) plus one task head; one pass gives both the task outputs and
+    the states the auxiliary LM loss reads."""
+
+    def __init__(self, lm: nn.Module, spec: TaskSpec, clf_dropout: float) -> None:
+        super().__init__()
+        self.lm = lm
+        self.kind = spec.kind
+        self.regression = is_regression(spec)
+        self.head = TaskHead(spec.kind, _state_width(lm), head_outputs(spec), clf_dropout)
+
+    def states(self, batch: Batch) -> torch.Tensor:
+        return self.lm.transformer(batch.tokens)  # last layer, [B * S, T, C]
+
+    def task_outputs(self, states: torch.Tensor, batch: Batch) -> torch.Tensor:
+        rows = torch.arange(states.size(0), device=states.device)
+        extract = states[rows, batch.lengths - 1]  # [B * S, C]
+        return self.head(extract.view(-1, batch.per_example, extract.size(-1)))
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.task_outputs(self.states(batch), batch)
+
+    def lm_loss(self, states: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Mean next-token cross-entropy over the real tokens; logits only at those positions (no padding)."""
+        targets = lm_targets(batch.tokens, batch.lengths)
+        keep = targets != IGNORE
+        return F.cross_entropy(_lm_logits(self.lm, states[keep]), targets[keep])
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """The LM's groups (decay on matrices, not on biases and LayerNorm gains) plus the head's, by the same rule."""
+        groups = self.lm.param_groups(weight_decay)
+        groups[0]["params"] = [*groups[0]["params"], self.head.linear.weight]
+        groups[1]["params"] = [*groups[1]["params"], self.head.linear.bias]
+        return groups
+
+
+def task_loss(model: FinetuneModel, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """L2: MSE on the score for regression (STS-B), else cross-entropy over classes or over the k answers."""
+    if model.regression:
+        return F.mse_loss(outputs.squeeze(-1), labels)
+    return F.cross_entropy(outputs, labels)
+
+
+def compute_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> tuple[Losses, torch.Tensor]:
+    """(L3 = L2 + λ·L1 with its parts, task outputs). With λ = 0, L1 is still measured for the curves, without
+    a graph."""
+    states = model.states(batch)
+    outputs = model.task_outputs(states, batch)
+    clf = task_loss(model, outputs, batch.labels)
+    if lm_weight:
+        lm = model.lm_loss(states, batch)
+        return Losses(clf + lm_weight * lm, clf, lm), outputs
+    with torch.no_grad():
+        lm = model.lm_loss(states.detach(), batch)
+    return Losses(clf, clf, lm), outputs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data: training examples, evaluation parts
+
+
+@dataclass
+class Part:
+    """Examples of one loaded split (or cut) with their token sequences."""
+
+    loaded: LoadedSplit
+    transformed: list[Transformed]
+    split: str  # the hub split read
+    cut: Cut | None
+
+    @property
+    def examples(self) -> list[Example]:
+        return self.loaded.examples
+
+    @property
+    def truncated(self) -> int:
+        return sum(t.truncated for t in self.transformed)
+
+    def subset(self, positions: Sequence[int]) -> Part:
+        loaded = dataclasses.replace(self.loaded, examples=[self.loaded.examples[i] for i in positions])
+        return Part(loaded, [self.transformed[i] for i in positions], self.split, self.cut)
+
+
+@dataclass
+class EvalPart(Part):
+    reports: list[Report] = field(default_factory=list)
+
+
+def train_cut(spec: TaskSpec, finetune: dict[str, Any]) -> Cut | None:
+    """The declared training cut (finetune.train_cuts[task]) as the first `fraction` of a seeded shuffle."""
+    declared = (finetune.get("train_cuts") or {}).get(spec.name)
+    if declared is None:
+        if spec.train is None:
+            raise FinetuneError(f"task {spec.name} has no training split; declare finetune.train_cuts.{spec.name} "
+                                f"(e.g. {{split: validation, fraction: 0.8, seed: 0}})")
+        return None
+    return Cut(declared["split"], 0.0, declared["fraction"], declared["seed"])
+
+
+EvalSpec = tuple[str, Cut | None, list[Report]]  # (hub split, complement of the training cut or None, reports)
+
+
+def eval_plan(spec: TaskSpec, present: Sequence[str] | None, cut: Cut | None) -> list[EvalSpec]:
+    """(split, complement cut or None, reports) per distinct evaluation split, in report order."""
+    plan: dict[str, list[Report]] = {}
+    for report in spec.reports:
+        plan.setdefault(evaluation_split(spec, report, present), []).append(report)
+    out = []
+    for split, reports in plan.items():
+        rest = Cut(cut.split, cut.end_fraction, 1.0, cut.seed) if cut and cut.split == split else None
+        out.append((split, rest, reports))
+    return out
+
+
+def present_splits(spec: TaskSpec, mirror: Path | None, synthetic: bool) -> list[str] | None:
+    """Splits the source holds: synthetic data mimics the hub (all), a mirror only what it has, the hub all."""
+    if synthetic:
+        return list(spec.splits)
+    return mirror_splits(spec, mirror) if mirror else None
+
+
+@dataclass
+class DataSource:
+    mirror: Path | None
+    synthetic: bool
+    present: list[str] | None
+
+
+def data_source(cfg: Any, spec: TaskSpec, present: Sequence[str] | None = None) -> DataSource:
+    synthetic = cfg.section("corpus")["source"] == "synthetic"
+    mirror = None if synthetic else cfg.data_mirror
+    found = list(present) if present is not None else present_splits(spec, mirror, synthetic)
+    return DataSource(mirror, synthetic, found)
+
+
+def load_part(spec: TaskSpec, role: str, split: str, cut: Cut | None, cap: int | None, source: DataSource,
+              tokenizer: GPT1Tokenizer, n_ctx: int) -> Part:
+    loaded = load_examples(spec, role, source.mirror, cut=cut, max_examples=cap, synthetic=source.synthetic,
+                           seed=DATA_SEED)
+    return Part(loaded, transform_batch(spec, loaded.examples, tokenizer, n_ctx), split, cut)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Schedule, training, prediction
+
+
+def lr_factor(update: int, warmup: int, total: int) -> float:
+    """Multiplier of the peak lr for update `update` (0-based) of `total`: linear warm-up to 1 over the first
+    `warmup` updates (the first update already moves: (u + 1) / warmup), then linear decay to 0 after the last."""
+    if update < warmup:
+        return (update + 1) / warmup
+    return max(0.0, (total - update) / max(1, total - warmup))
+
+
+def device() -> torch.device:
+    """CUDA when there is one (the paper profile), else the CPU (bit-reproducible for a given thread count)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def batches(part: Part, size: int, order: Sequence[int], regression: bool) -> Iterator[tuple[list[int], Batch]]:
+    """(positions, padded batch) in `order`, made one at a time (a whole padded dataset would not fit)."""
+    for start in range(0, len(order), size):
+        chosen = list(order[start : start + size])
+        labels = [part.examples[i].label for i in chosen]
+        yield chosen, collate([part.transformed[i] for i in chosen], labels, regression)
+
+
+@torch.no_grad()
+def predict(model: FinetuneModel, part: Part, batch_size: int) -> np.ndarray:
+    """Task outputs for every example of `part`, in its order; batched by length so padding costs little."""
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(part.examples)), key=lambda i: max(len(s) for s in part.transformed[i].sequences))
+    rows: dict[int, np.ndarray] = {}
+    device = next(model.parameters()).device
+    for chosen, batch in batches(part, batch_size, order, model.regression):
+        for i, row in zip(chosen, model(batch.to(device)).float().cpu().numpy(), strict=True):
+            rows[i] = row
+    model.train(was_training)
+    return np.stack([rows[i] for i in range(len(part.examples))])
+
+
+@dataclass
+class Decoded:
+    predictions: np.ndarray  # class / answer ids, or clipped scores
+    probabilities: np.ndarray | None  # softmax over classes or answers; None for regression
+    outputs: np.ndarray  # raw head outputs (logits, answer scores, unclipped score)
+
+
+def decode(spec: TaskSpec, outputs: np.ndarray) -> Decoded:
+    if is_regression(spec):
+        low, high = spec.label_range or (-math.inf, math.inf)
+        return Decoded(np.clip(outputs[:, 0], low, high), None, outputs)
+    shifted = outputs - outputs.max(axis=1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    return Decoded(outputs.argmax(axis=1), probabilities, outputs)
+
+
+def score(spec: TaskSpec, examples: Sequence[Example], decoded: Decoded) -> dict[str, float]:
+    labels = np.array([e.label for e in examples])
+    return metric_lib.compute(spec.metrics, labels, decoded.predictions)
+
+
+@dataclass
+class Recipe:
+    lr: float
+    batch_size: int
+    epochs: int
+    warmup_fraction: float
+    lm_weight: float
+    weight_decay: float
+    eval_batch_size: int
+
+    @classmethod
+    def from_section(cls, finetune: dict[str, Any], lm_weight: float | None) -> Recipe:
+        return cls(finetune["lr"], finetune["batch_size"], finetune["epochs"], finetune["warmup_fraction"],
+                   finetune["lm_weight"] if lm_weight is None else lm_weight, finetune["weight_decay"],
+                   finetune["eval_batch_size"])
+
+
+@dataclass
+class Trained:
+    curves: list[dict[str, float]]
+    updates: int
+    warmup: int
+    tokens: int
+    train_seconds: float
+    selection: dict[str, Any] | None
+
+
+class Trainer:
+    """The fine-tuning loop: shuffled batches per epoch, AdamW + warm-up/linear decay, L3 per update."""
+
+    def __init__(self, model: FinetuneModel, recipe: Recipe, train: Part, seed: int,
+                 log: Callable[[list[dict[str, float]]], None] | None = None) -> None:
+        self.model, self.recipe, self.train, self.log = model, recipe, train, log
+        self.steps_per_epoch = math.ceil(len(train.examples) / recipe.batch_size)
+        self.total = recipe.epochs * self.steps_per_epoch
+        self.warmup = round(recipe.warmup_fraction * self.total)
+        self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=recipe.lr, betas=ADAM_BETAS,
+                                           eps=ADAM_EPS)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda u: lr_factor(u, self.warmup, self.total))
+        self.order = torch.Generator().manual_seed(seed)  # batch order: the job's seed, independent of dropout
+        self.device = next(model.parameters()).device
+
+    def epoch(self, epoch: int, step: int, label: str) -> tuple[list[dict[str, float]], int, int]:
+        """One pass over the training examples; returns (curve rows, updates done so far, real tokens seen)."""
+        self.model.train()
+        order = torch.randperm(len(self.train.examples), generator=self.order).tolist()
+        rows, tokens = [], 0
+        bar = tqdm(batches(self.train, self.recipe.batch_size, order, self.model.regression), unit="batch",
+                   total=self.steps_per_epoch, desc=f"finetune {label} epoch {epoch + 1}/{self.recipe.epochs}",
+                   dynamic_ncols=True)
+        for _, cpu_batch in bar:
+            tick = time.perf_counter()
+            batch = cpu_batch.to(self.device)
+            lr = self.scheduler.get_last_lr()[0]
+            losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
+            if not math.isfinite(losses.total.item()):
+                raise FinetuneError(f"update {step + 1}: the loss is {losses.total.item()}; lower finetune.lr")
+            losses.total.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            step += 1
+            tokens += batch.real_tokens
+            rows.append({"step": step, "epoch": epoch + 1, "lr": lr, "loss": losses.total.item(),
+                         "clf_loss": losses.clf.item(), "lm_loss": losses.lm.item()})
+            speed = batch.real_tokens / max(time.perf_counter() - tick, 1e-9)
+            bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}", tok_s=f"{speed:,.0f}", refresh=False)
+        bar.close()
+        if self.log is not None:
+            self.log(rows)
+        return rows, step, tokens
+
+    def run(self, label: str, select_on: Part | None, spec: TaskSpec) -> Trained:
+        """All epochs; with `select_on`, keep the weights of the epoch scoring best on it (accuracy; the first of
+        equals) and load them at the end."""
+        curves, step, tokens, started = [], 0, 0, time.perf_counter()
+        best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+        scores = []
+        for epoch in range(self.recipe.epochs):
+            rows, step, seen = self.epoch(epoch, step, label)
+            curves += rows
+            tokens += seen
+            if select_on is not None:
+                outputs = predict(self.model, select_on, self.recipe.eval_batch_size)
+                value = score(spec, select_on.examples, decode(spec, outputs))[spec.paper_metric]
+                scores.append(value)
+                if best is None or value > best[0]:
+                    best = (value, epoch + 1, copy.deepcopy(self.model.state_dict()))
+        selection = None
+        if best is not None:
+            self.model.load_state_dict(best[2])
+            protocol = f"best epoch by {spec.paper_metric} on a validation slice of the training examples"
+            selection = {"protocol": protocol,
+                         "slice_examples": len(select_on.examples), "slice_fraction": SELECTION_FRACTION,
+                         "slice_seed": DATA_SEED, "epoch_scores": scores, "best_epoch": best[1]}
+        return Trained(curves, step, self.warmup, tokens, time.perf_counter() - started, selection)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A job: everything checked and loaded before training
+
+
+@dataclass
+class Job:
+    spec: TaskSpec
+    variant: Variant
+    seed: int
+    transfer_layers: int | None
+    recipe: Recipe
+    model: FinetuneModel
+    tokenizer: GPT1Tokenizer
+    tokenizer_source: str
+    meta: dict[str, Any]
+    transfer: Transfer | None
+    cut: Cut | None
+    train: Part  # what the optimiser sees (Story Cloze: without the selection slice)
+    selection: Part | None  # Story Cloze's validation slice
+    evals: list[EvalPart]
+    source: DataSource
+    train_score_cap: int | None  # train metrics on at most this many training examples (finetune.max_eval_examples)
+    started: float  # perf_counter at the start of prepare_job: wall_seconds covers loading too
+
+
+def _carve_selection(spec: TaskSpec, train: Part) -> tuple[Part, Part | None]:
+    """Story Cloze: a seeded 10% of the training examples becomes the slice that picks the best epoch."""
+    if spec.name not in SELECT_BEST_EPOCH:
+        return train, None
+    n = len(train.examples)
+    size = max(1, round(SELECTION_FRACTION * n))
+    if n - size < 1:
+        raise FinetuneError(f"task {spec.name}: {n} training example(s) leave none after the {size}-example "
+                            f"selection slice; raise finetune.max_train_examples or the train cut's fraction")
+    chosen = set(np.random.default_rng(DATA_SEED).permutation(n)[:size].tolist())
+    return (train.subset([i for i in range(n) if i not in chosen]),
+            train.subset([i for i in range(n) if i in chosen]))
+
+
+def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
+                tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
+                present: Sequence[str] | None = None) -> Job:
+    """Check and load every input -- task, variant, weights, tokenizer, data -- before any training.
+    `present` overrides the splits the data source is taken to hold (default: what the source has)."""
+    started = time.perf_counter()
+    spec, chosen = _task(task), get_variant(variant)
+    finetune = cfg.section("finetune")
+    if transfer_layers is not None and (chosen.init == "random" or chosen.model_kind == "lstm"):
+        raise FinetuneError(f"transfer_layers applies to a pre-trained GPT, not to variant {chosen.name}")
+    cut = train_cut(spec, finetune)
+    pretrained = str(pretrained_dir)
+    tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
+    tokenizer, tok_source = load_tokenizer(chosen, pretrained, tok_dir)
+    seed_everything(seed)  # scratch init, transfer re-init, new token rows and the head all draw from it
+    lm, meta = load_backbone(chosen, pretrained)
+    where = meta.get("source") or pretrained
+    check_pair(lm, meta, tokenizer, where, tok_source)
+    transfer = transfer_init(lm, transfer_layers) if transfer_layers is not None else None
+    add_specials(lm, tokenizer)
+    model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(device())
+
+    source = data_source(cfg, spec, present)
+    n_ctx = lm.config.n_ctx
+    train = load_part(spec, "train", cut.split if cut else spec.train, cut, finetune["max_train_examples"], source,
+                      tokenizer, n_ctx)
+    evals = []
+    for split, rest, reports in eval_plan(spec, source.present, cut):
+        part = load_part(spec, split, split, rest, finetune["max_eval_examples"], source, tokenizer, n_ctx)
+        evals.append(EvalPart(part.loaded, part.transformed, part.split, part.cut, reports))
+    train, selection = _carve_selection(spec, train)
+    recipe = Recipe.from_section(finetune, chosen.lm_weight)
+    return Job(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut, train,
+               selection, evals, source, finetune["max_eval_examples"], started)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Running and reporting
+
+
+@dataclass
+class FinetuneResult:
+    metrics: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    curves: list[dict[str, float]]
+
+
+def _split_name(part: Part) -> str:
+    return str(part.cut) if part.cut else part.split
+
+
+def _round(value: Any) -> Any:
+    return round(float(value), 6)
+
+
+def prediction_records(spec: TaskSpec, report: Report, part: Part, positions: Sequence[int],
+                       decoded: Decoded) -> list[dict[str, Any]]:
+    out = []
+    for i in positions:
+        example = part.examples[i]
+        record: dict[str, Any] = {"report": report.name, "split": _split_name(part), "index": example.index,
+                                  "label": example.label}
+        if example.config is not None:
+            record["config"] = example.config
+        if decoded.probabilities is None:
+            record["prediction"] = _round(decoded.predictions[i])
+            record["output"] = _round(decoded.outputs[i][0])
+        else:
+            record["prediction"] = int(decoded.predictions[i])
+            record["probabilities"] = [_round(p) for p in decoded.probabilities[i]]
+        out.append(record)
+    return out
+
+
+def _counts(part: Part, positions: Sequence[int]) -> dict[str, int]:
+    return {"examples": len(positions), "rows_read": part.loaded.rows_read,
+            "unlabelled_dropped": part.loaded.unlabelled_dropped, "capped": part.loaded.capped,
+            "truncated": sum(part.transformed[i].truncated for i in positions)}
+
+
+def evaluate_reports(job: Job) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Score every report of the task on its evaluation part; (reports block of metrics.json, prediction lines)."""
+    reports, lines = {}, []
+    for part in job.evals:
+        decoded = decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size))
+        for report in part.reports:
+            positions = report_examples(job.spec, report, part.examples)
+            subset = dataclasses.replace(decoded, predictions=decoded.predictions[positions],
+                                         probabilities=None if decoded.probabilities is None else
+                                         decoded.probabilities[positions], outputs=decoded.outputs[positions])
+            reports[report.name] = {
+                "metrics": score(job.spec, [part.examples[i] for i in positions], subset),
+                "paper_metric": job.spec.paper_metric,
+                "split": part.split,
+                "evaluated_on": _split_name(part),
+                "complement_of_train_cut": part.cut is not None,
+                "paper_split": report.test,
+                "is_paper_split": part.split == report.test,
+                "configs": list(report.configs or job.spec.configs),
+                "counts": {"train": len(job.train.examples), "eval": len(positions),
+                           **{k: v for k, v in _counts(part, positions).items() if k != "examples"}},
+                "description": part.loaded.describe(),
+            }
+            lines += prediction_records(job.spec, report, part, positions, decoded)
+    return reports, lines
+
+
+def train_metrics(job: Job, cap: int | None) -> tuple[dict[str, float], int]:
+    """The final model on (a seeded subset of at most `cap` of) its own training examples: Figure 2 (left) draws
+    train accuracy beside dev accuracy."""
+    n = len(job.train.examples)
+    positions = list(range(n))
+    if cap is not None and n > cap:
+        positions = sorted(np.random.default_rng(DATA_SEED).choice(n, size=cap, replace=False).tolist())
+    part = job.train.subset(positions)
+    return score(job.spec, part.examples, decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size))), \
+        len(positions)
+
+
+def _model_block(job: Job) -> dict[str, Any]:
+    config = dataclasses.asdict(job.model.lm.config)
+    return {"kind": job.meta.get("kind"), "init": job.variant.init, "config": config, "source": job.meta.get("source"),
+            "pretrain_step": job.meta.get("step"), "pretrain_tokens": job.meta.get("tokens"),
+            "parameters": sum(p.numel() for p in job.model.parameters())}
+
+
+def build_metrics(job: Job, trained: Trained, reports: dict[str, Any], train_scores: dict[str, float],
+                  train_scored: int, wall: float) -> dict[str, Any]:
+    cut = job.cut
+    return {
+        "task": job.spec.name,
+        "kind": job.spec.kind,
+        "variant": job.variant.name,
+        "seed": job.seed,
+        "transfer_layers": job.transfer_layers,
+        "reports": reports,
+        "train": {
+            "split": job.train.split,
+            "cut": None if cut is None else {"split": cut.split, "fraction": cut.end_fraction, "seed": cut.seed,
+                                             "description": str(cut)},
+            "examples": len(job.train.examples),
+            "rows_read": job.train.loaded.rows_read,
+            "unlabelled_dropped": job.train.loaded.unlabelled_dropped,
+            "capped": job.train.loaded.capped,
+            "truncated": job.train.truncated,
+            "selection_slice": 0 if job.selection is None else len(job.selection.examples),
+            "description": job.train.loaded.describe(),
+        },
+        "train_metrics": train_scores,
+        "train_metrics_examples": train_scored,
+        "train_accuracy": train_scores.get("accuracy"),
+        "selection": trained.selection,
+        "epochs": job.recipe.epochs,
+        "updates": trained.updates,
+        "warmup_updates": trained.warmup,
+        "lm_weight": job.recipe.lm_weight,
+        "recipe": dataclasses.asdict(job.recipe),
+        "final_loss": trained.curves[-1]["loss"] if trained.curves else None,
+        "tokens": trained.tokens,
+        "train_seconds": trained.train_seconds,
+        "tokens_per_second": trained.tokens / max(trained.train_seconds, 1e-9),
+        "wall_seconds": wall,
+        "model": _model_block(job),
+        "transfer": None if job.transfer is None else dataclasses.asdict(job.transfer),
+        "tokenizer": {"source": job.tokenizer_source, "sha256": job.tokenizer.fingerprint(),
+                      "n_ctx": job.model.lm.config.n_ctx},
+        "data": {"source": job.train.loaded.description.get("source"), "data_seed": DATA_SEED},
+    }
+
+
+def finetune_job(job: Job, log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
+    """Train, (Story Cloze: select the best epoch), evaluate every report; nothing is written to disk."""
+    total = len(job.train.examples)
+    print(f"finetune {job.spec.name}/{job.variant.name}/seed {job.seed}: {job.train.truncated} of {total} training "
+          f"examples and {sum(p.truncated for p in job.evals)} of {sum(len(p.examples) for p in job.evals)} "
+          f"evaluation examples truncated to n_ctx={job.model.lm.config.n_ctx}")
+    seed_everything(job.seed)  # dropout masks depend on the seed only, not on what loading drew before
+    trainer = Trainer(job.model, job.recipe, job.train, job.seed, log)
+    trained = trainer.run(f"{job.spec.name}/{job.variant.name}", job.selection, job.spec)
+    print(f"finetune: {trained.updates} updates, {trained.tokens:,} tokens in {trained.train_seconds:.1f} s "
+          f"({trained.tokens / max(trained.train_seconds, 1e-9):,.0f} tokens/s)")
+    reports, lines = evaluate_reports(job)
+    for name, block in reports.items():
+        values = ", ".join(f"{k} {v:.4f}" for k, v in block["metrics"].items())
+        print(f"finetune: {name} on {block['evaluated_on']} ({block['counts']['eval']} examples): {values}")
+    scores, scored = train_metrics(job, job.train_score_cap)
+    metrics = build_metrics(job, trained, reports, scores, scored, time.perf_counter() - job.started)
+    return FinetuneResult(metrics, lines, trained.curves)
+
+
+def finetune_run(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
+                 tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
+                 present: Sequence[str] | None = None,
+                 log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
+    """One fine-tuning job in memory: prepare (every check before training), train, evaluate."""
+    job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers,
+                      present=present)
+    return finetune_job(job, log)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The stage
+
+
+def declared_outputs(out_dir: str | Path) -> list[Path]:
+    return [Path(out_dir) / name for name in OUTPUT_FILES]
+
+
+def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
+    """metrics.json, predictions.jsonl, curves.csv: temp names, renamed together at the end."""
+    with staged_outputs(*declared_outputs(out_dir)) as (metrics, predictions, curves):
+        write_json(metrics, result.metrics)
+        with open(predictions, "w", encoding="utf-8") as handle:
+            for line in result.predictions:
+                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+        with open(curves, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=CURVE_FIELDS)
+            writer.writeheader()
+            writer.writerows(result.curves)
+
+
+def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
+    """Per-update losses to MLflow, one batched write per epoch (a write per update costs more than an update)."""
+    from mlflow.entities import Metric
+
+    from gpt1.tracking import _retry
+
+    def log(rows: list[dict[str, float]]) -> None:
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(row[k]), now, int(row["step"])) for row in rows
+                 for k in ("loss", "clf_loss", "lm_loss", "lr")]
+        for start in range(0, len(batch), 1000):  # MLflow's cap per log_batch
+            chunk = batch[start : start + 1000]
+            _retry(lambda chunk=chunk: run.client.log_batch(run.run_id, metrics=chunk))
+
+    return log
+
+
+def _final_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    flat = {f"{report}.{name}": value for report, block in metrics["reports"].items()
+            for name, value in block["metrics"].items()}
+    flat.update({f"train.{name}": value for name, value in metrics["train_metrics"].items()})
+    flat.update({"train_truncated": metrics["train"]["truncated"], "updates": metrics["updates"],
+                 "tokens": metrics["tokens"], "wall_seconds": metrics["wall_seconds"],
+                 "tokens_per_second": metrics["tokens_per_second"]})
+    flat.update({f"{r}.truncated": b["counts"]["truncated"] for r, b in metrics["reports"].items()})
+    return flat
+
+
+def _params(job: Job, cfg: Any) -> dict[str, Any]:
+    return {"task": job.spec.name, "variant": job.variant.name, "seed": job.seed,
+            "transfer_layers": job.transfer_layers, "finetune": cfg.section("finetune"),
+            "recipe": dataclasses.asdict(job.recipe), "model": dataclasses.asdict(job.model.lm.config),
+            "pretrained": job.meta.get("source"), "tokenizer": job.tokenizer_source}
+
+
+def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
+                   tokenizer_dir: str | Path | None, out_dir: str | Path, *,
+                   transfer_layers: int | None = None) -> dict[str, Any]:
+    """`gpt1 finetune`: fine-tune one task (variant, seed) and evaluate it; write OUT/metrics.json,
+    predictions.jsonl and curves.csv together, log an MLflow run. Every input is checked before training; a
+    failure leaves none of the outputs (an earlier run's are removed once the inputs are known to be good)."""
+    from gpt1.tracking import stage_run
+
+    out = Path(out_dir)
+    job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers)
+    for path in declared_outputs(out):
+        path.unlink(missing_ok=True)  # an earlier run's files must not sit beside a failed one
+    with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg)) as run:
+        splits = ",".join(_split_name(p) for p in job.evals)
+        run.set_tags({"gpt1.task": job.spec.name, "gpt1.variant": job.variant.name, "gpt1.seed": seed,
+                      "gpt1.split": splits, "gpt1.transfer_layers": transfer_layers,
+                      "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
+        result = finetune_job(job, _mlflow_curves(run))
+        write_outputs(out, result)
+        run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
+        run.log_artifact(out / METRICS_FILE)
+    return result.metrics
+
+
+__all__ = [
+    "VARIANTS",
+    "Batch",
+    "FinetuneError",
+    "FinetuneModel",
+    "FinetuneResult",
+    "TaskHead",
+    "Transfer",
+    "Variant",
+    "add_specials",
+    "collate",
+    "compute_losses",
+    "declared_outputs",
+    "finetune_run",
+    "finetune_stage",
+    "get_variant",
+    "lm_targets",
+    "lr_factor",
+    "prepare_job",
+    "transfer_init",
+]

@@ -1,0 +1,469 @@
+"""gpt1.finetune: heads, L3 = L2 + λ·L1, special tokens, layer transfer, splits and cuts, outputs, refusals.
+
+CPU only: a 200-merge tokenizer and a 2-layer, 32-wide GPT (and a 32-unit LSTM) saved the way `gpt1 pretrain` saves
+them, synthetic task data (the smoke profile), 16 training examples per job."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpt1.config import load_config
+from gpt1.errors import Gpt1Error
+from gpt1.files import write_json
+from gpt1.finetune import (
+    CURVE_FIELDS,
+    FinetuneModel,
+    add_specials,
+    collate,
+    compute_losses,
+    declared_outputs,
+    decode,
+    finetune_run,
+    finetune_stage,
+    lm_targets,
+    lr_factor,
+    prepare_job,
+    transfer_init,
+)
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.pretrain import save_weights, weights_metadata
+from gpt1.tasks import Cut, Example, cut_positions, get_task, transform_batch
+from gpt1.tokenizer import GPT1Tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",
+         "finetune.eval_batch_size=16"]  # fmt: skip
+METRIC_KEYS = {"task", "kind", "variant", "seed", "transfer_layers", "reports", "train", "train_metrics",
+               "train_metrics_examples", "train_accuracy", "selection", "epochs", "updates", "warmup_updates",
+               "lm_weight", "tokens", "train_seconds", "tokens_per_second", "wall_seconds", "model", "tokenizer",
+               "data"}  # fmt: skip
+REPORT_KEYS = {"metrics", "paper_metric", "split", "evaluated_on", "complement_of_train_cut", "paper_split",
+               "is_paper_split", "counts", "description"}  # fmt: skip
+COUNT_KEYS = {"train", "eval", "rows_read", "unlabelled_dropped", "capped", "truncated"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Assets:
+    tokenizer: Path
+    gpt: Path
+    lstm: Path
+    root: Path
+
+
+def save_pretrained(model: torch.nn.Module, kind: str, tok: GPT1Tokenizer, out: Path) -> Path:
+    """Exactly what `gpt1 pretrain` leaves: model.safetensors (with metadata) + model.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_weights(model, out / "model.safetensors", weights_metadata(kind, model.config, tok.fingerprint(), 0, 0))
+    write_json(out / "model.json", {"kind": kind, "config": dataclasses.asdict(model.config),
+                                    "tokenizer_sha256": tok.fingerprint(), "step": 0, "tokens": 0})
+    return out
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
+    from gpt1.fixtures import synthetic_corpus
+    from gpt1.tokenizer import train
+
+    root = tmp_path_factory.mktemp("finetune")
+    tok = train([d["text"] for d in synthetic_corpus(24, seed=1)], "fast", merges=200, limit_alphabet=100)
+    tok.save(root / "tokenizer")
+    torch.manual_seed(1234)  # not a job seed: the scratch variant must not redraw these very weights
+    gpt = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, n_layer=2, n_head=2))
+    lstm = LSTMLM(LSTMConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, hidden_size=32))
+    return Assets(root / "tokenizer", save_pretrained(gpt, "gpt", tok, root / "gpt"),
+                  save_pretrained(lstm, "lstm", tok, root / "lstm"), root)
+
+
+@pytest.fixture(scope="module")
+def tok(assets: Assets) -> GPT1Tokenizer:
+    return GPT1Tokenizer.load(assets.tokenizer)
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def mlflow_store(monkeypatch: pytest.MonkeyPatch, tracking_uri: str) -> str:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    return tracking_uri
+
+
+def config(*overrides: str):
+    return load_config(REPO / "params.yaml", "smoke", overrides=[*SMALL, *overrides])
+
+
+def tiny_model(tok: GPT1Tokenizer, task: str, kind: str = "gpt") -> FinetuneModel:
+    torch.manual_seed(0)
+    if kind == "gpt":
+        lm = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, n_layer=2, n_head=2))
+    else:
+        lm = LSTMLM(LSTMConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, hidden_size=32))
+    add_specials(lm, tok)
+    return FinetuneModel(lm, get_task(task), clf_dropout=0.1).eval()
+
+
+def batch_of(task: str, examples: list[Example], tok: GPT1Tokenizer):
+    spec = get_task(task)
+    return collate(transform_batch(spec, examples, tok, 64), [e.label for e in examples], spec.encoding == "float")
+
+
+# ------------------------------------------------------------------------------------------------ heads and loss
+
+
+def test_similarity_head_sums_the_two_orders(tok: GPT1Tokenizer) -> None:
+    a, b = "the old map was found near the river .", "ben crossed the narrow bridge again ."
+    for task in ("stsb", "mrpc"):
+        model = tiny_model(tok, task)
+        ab = batch_of(task, [Example((a, b), 1, None, 0)], tok)
+        ba = batch_of(task, [Example((b, a), 1, None, 0)], tok)
+        with torch.no_grad():
+            torch.testing.assert_close(model(ab), model(ba))  # the sum makes the order of A and B irrelevant
+            states = model.states(ab)
+            extract = states[torch.arange(2), ab.lengths - 1]
+            torch.testing.assert_close(model(ab), model.head.linear(extract[0] + extract[1]).unsqueeze(0))
+        assert model(ab).shape == (1, 1 if task == "stsb" else 2)
+
+
+def test_regression_predictions_are_clipped_to_the_score_range() -> None:
+    decoded = decode(get_task("stsb"), np.array([[-1.0], [2.5], [7.0]]))
+    assert decoded.predictions.tolist() == [0.0, 2.5, 5.0] and decoded.probabilities is None
+
+
+def test_multiple_choice_scores_each_answer_and_softmaxes_over_them(tok: GPT1Tokenizer) -> None:
+    model = tiny_model(tok, "race")
+    choices = ("a lantern", "the river", "a violin", "the market")
+    examples = [Example(("ada found the map .", "what did ada find ?"), k, choices, k) for k in range(3)]
+    batch = batch_of("race", examples, tok)
+    assert batch.tokens.shape[0] == 3 * 4 and batch.per_example == 4
+    with torch.no_grad():
+        scores = model(batch)
+    assert scores.shape == (3, 4)  # one score per (context, answer) sequence
+    probabilities = decode(get_task("race"), scores.numpy()).probabilities
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    losses, _ = compute_losses(model, batch, 0.0)
+    torch.testing.assert_close(losses.clf, F.cross_entropy(scores, batch.labels))
+    # Reversing the answers reverses the scores: each answer is scored on its own sequence.
+    reverse = batch_of("race", [dataclasses.replace(examples[0], choices=choices[::-1])], tok)
+    with torch.no_grad():
+        torch.testing.assert_close(model(reverse)[0], scores[0].flip(0))
+
+
+def test_l3_is_l2_plus_lambda_l1(tok: GPT1Tokenizer) -> None:
+    model = tiny_model(tok, "rte")
+    examples = [Example(("ada found the map .", "ada found it ."), 0, None, 0),
+                Example(("the cold storm came before dawn and lasted long .", "it rained ."), 1, None, 1)]
+    batch = batch_of("rte", examples, tok)
+    with torch.no_grad():
+        losses, outputs = compute_losses(model, batch, 0.5)
+        torch.testing.assert_close(losses.total, losses.clf + 0.5 * losses.lm)
+        torch.testing.assert_close(losses.clf, F.cross_entropy(outputs, batch.labels))
+        # L1 as the language model itself computes it, on targets that ignore padding and the last real token.
+        _, reference = model.lm(batch.tokens, lm_targets(batch.tokens, batch.lengths))
+        torch.testing.assert_close(losses.lm, reference)
+        no_aux, _ = compute_losses(model, batch, 0.0)
+        torch.testing.assert_close(no_aux.total, no_aux.clf)
+        torch.testing.assert_close(no_aux.clf, losses.clf)
+
+
+def test_right_padding_changes_nothing_and_targets_skip_it(tok: GPT1Tokenizer) -> None:
+    model = tiny_model(tok, "sst2")
+    short, long = Example(("warm .",), 1, None, 0), Example(("the film is dull and tedious and bleak .",), 0, None, 1)
+    together = batch_of("sst2", [short, long], tok)
+    alone = batch_of("sst2", [short], tok)
+    assert together.tokens.shape[1] > alone.tokens.shape[1]
+    with torch.no_grad():
+        torch.testing.assert_close(model(together)[0], model(alone)[0])
+    targets = lm_targets(together.tokens, together.lengths)
+    n = int(together.lengths[0])
+    assert targets[0, : n - 1].tolist() == together.tokens[0, 1:n].tolist()
+    assert (targets[0, n - 1 :] == -100).all()
+    assert together.tokens[0, n - 1].item() == tok.specials["_classify_"]
+
+
+def test_lstm_head_reads_its_hidden_state(tok: GPT1Tokenizer) -> None:
+    model = tiny_model(tok, "sst2", kind="lstm")
+    batch = batch_of("sst2", [Example(("warm and funny .",), 1, None, 0)], tok)
+    losses, outputs = compute_losses(model, batch, 0.5)
+    assert outputs.shape == (1, 2) and torch.isfinite(losses.total)
+
+
+def test_special_tokens_get_new_rows_and_old_rows_stay(tok: GPT1Tokenizer) -> None:
+    torch.manual_seed(1)
+    lm = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, n_layer=1, n_head=2))
+    old = lm.tokens_embed.weight.detach().clone()
+    add_specials(lm, tok)
+    weight = lm.tokens_embed.weight.detach()
+    assert weight.shape == (tok.base_vocab_size + 3, 32) and lm.config.vocab_size == tok.vocab_size
+    torch.testing.assert_close(weight[: tok.base_vocab_size], old)
+    new = weight[tok.base_vocab_size :]
+    assert 0.012 < new.std().item() < 0.03 and abs(new.mean().item()) < 0.01  # N(0, 0.02)
+    assert lm.lm_head.weight is lm.tokens_embed.weight  # still tied
+
+
+def test_transfer_keeps_embeddings_and_the_first_k_blocks() -> None:
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=50, n_ctx=16, n_embd=16, n_layer=3, n_head=2))
+    with torch.no_grad():  # make every parameter recognisable: no re-initialisation could reproduce it
+        for p in base.parameters():
+            p.add_(1.0)
+    original = {k: v.clone() for k, v in base.state_dict().items()}
+    for k in (0, 1, 3):
+        model = GPT(base.config)
+        model.load_state_dict(original)
+        transfer = transfer_init(model, k)
+        kept_blocks = {f"h.{i}." for i in range(k)}
+        expected = {n for n, _ in model.named_parameters()
+                    if n.startswith(("tokens_embed", "positions_embed")) or n.startswith(tuple(kept_blocks))}
+        assert set(transfer.kept) == expected
+        assert set(transfer.reinitialised) == {n for n, _ in model.named_parameters()} - expected
+        state = model.state_dict()
+        for name in transfer.kept:
+            torch.testing.assert_close(state[name], original[name])
+        for name in transfer.reinitialised:
+            value = state[name]
+            if name.endswith(("ln_1.weight", "ln_2.weight")):
+                assert (value == 1).all()
+            elif name.endswith("bias"):
+                assert (value == 0).all()
+            else:
+                assert abs(value.std().item() - 0.02) < 0.006 and abs(value.mean().item()) < 0.01
+    assert transfer_init(GPT(base.config), 0).kept == ["tokens_embed.weight", "positions_embed.weight"]
+    with pytest.raises(Gpt1Error, match=r"0\.\.3"):
+        transfer_init(GPT(base.config), 4)
+
+
+def test_lr_warms_up_then_decays_linearly_to_zero() -> None:
+    factors = [lr_factor(u, 2, 6) for u in range(6)]
+    assert factors == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
+    assert lr_factor(0, 0, 4) == 1.0
+
+
+def test_variants_set_lambda_and_weights(assets: Assets) -> None:
+    cfg = config()
+    assert prepare_job(cfg, "sst2", "pretrained", 0, assets.gpt, assets.tokenizer).recipe.lm_weight == 0.5
+    assert prepare_job(cfg, "sst2", "no_aux", 0, assets.gpt, assets.tokenizer).recipe.lm_weight == 0.0
+    # The pretrained variant loads the checkpoint; scratch only its architecture.
+    pretrained = prepare_job(cfg, "sst2", "pretrained", 0, assets.gpt, assets.tokenizer).model.lm
+    scratch = prepare_job(cfg, "sst2", "scratch", 0, assets.gpt, assets.tokenizer).model.lm
+    assert isinstance(pretrained, GPT) and isinstance(scratch, GPT)
+    assert pretrained.config == scratch.config
+    from safetensors.torch import load_file
+
+    on_disk = load_file(str(assets.gpt / "model.safetensors"))["h.0.attn.c_attn.weight"]
+    torch.testing.assert_close(pretrained.h[0].attn.c_attn.weight.detach(), on_disk)
+    assert not torch.equal(scratch.h[0].attn.c_attn.weight.detach(), on_disk)
+    lstm = prepare_job(cfg, "sst2", "lstm", 0, assets.lstm, assets.tokenizer).model
+    assert isinstance(lstm.lm, LSTMLM) and lstm.head.linear.in_features == 32
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+def read_outputs(out: Path) -> tuple[dict, list[dict], list[dict]]:
+    metrics = json.loads((out / "metrics.json").read_text())
+    predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    with open(out / "curves.csv") as handle:
+        curves = list(csv.DictReader(handle))
+    return metrics, predictions, curves
+
+
+@pytest.mark.parametrize(("task", "variant"), [("sst2", "pretrained"), ("rte", "no_aux"), ("stsb", "scratch"),
+                                               ("race", "lstm")])
+def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_store: str, tmp_path: Path,
+                                                     task: str, variant: str) -> None:
+    out = tmp_path / task
+    source = assets.lstm if variant == "lstm" else assets.gpt
+    finetune_stage(config(), task, variant, 0, source, assets.tokenizer, out)
+    metrics, predictions, curves = read_outputs(out)
+    spec = get_task(task)
+    assert metrics.keys() >= METRIC_KEYS
+    assert (metrics["task"], metrics["variant"], metrics["seed"]) == (task, variant, 0)
+    assert set(metrics["reports"]) == {r.name for r in spec.reports}
+    for name, block in metrics["reports"].items():
+        assert block.keys() >= REPORT_KEYS and block["counts"].keys() >= COUNT_KEYS
+        assert set(block["metrics"]) == set(spec.metrics)
+        # GLUE's test labels are hidden: validation; RACE's are public and synthetic data has every hub split.
+        paper = spec.test_labels == "public"
+        assert block["split"] == ("test" if paper else "validation") and block["is_paper_split"] is paper
+        lines = [p for p in predictions if p["report"] == name]
+        assert len(lines) == block["counts"]["eval"] > 0
+    assert len(predictions) == sum(b["counts"]["eval"] for b in metrics["reports"].values())
+    assert metrics["train"]["examples"] == 16 and metrics["train"]["cut"] is None
+    assert metrics["updates"] == 2 == len(curves) and list(curves[0]) == list(CURVE_FIELDS)
+    assert metrics["tokens"] > 0 and metrics["wall_seconds"] > 0
+    if variant == "no_aux":
+        assert metrics["lm_weight"] == 0.0
+        assert all(float(c["loss"]) == pytest.approx(float(c["clf_loss"])) for c in curves)
+    if task == "stsb":
+        assert all(0.0 <= p["prediction"] <= 5.0 and "output" in p for p in predictions)
+    else:
+        assert all(abs(sum(p["probabilities"]) - 1) < 1e-4 for p in predictions)
+    if task == "sst2":  # one MLflow run, tagged, with the loss curve per update and the final metrics
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(mlflow_store)
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                  "tags.`gpt1.stage` = 'finetune' and tags.`gpt1.task` = 'sst2'")
+        assert len(runs) == 1 and runs[0].data.tags["gpt1.variant"] == "pretrained"
+        assert runs[0].data.tags["gpt1.split"] == "validation"
+        assert len(client.get_metric_history(runs[0].info.run_id, "loss")) == 2
+        assert runs[0].data.metrics["sst2.accuracy"] == metrics["reports"]["sst2"]["metrics"]["accuracy"]
+    if task == "race":  # RACE-m and RACE-h are the middle and high parts of the one evaluated split
+        counts = {r: metrics["reports"][r]["counts"]["eval"] for r in ("race_m", "race_h", "race")}
+        assert counts["race_m"] + counts["race_h"] == counts["race"]
+        assert {p["config"] for p in predictions if p["report"] == "race_m"} == {"middle"}
+        assert metrics["train"]["truncated"] > 0  # articles exceed n_ctx = 64
+
+
+def test_story_cloze_evaluates_the_complement_of_its_training_cut(assets: Assets) -> None:
+    # As with the mirror (Story Cloze's test split absent): train on validation[0:80%], score validation[80%:100%].
+    result = finetune_run(config("finetune.epochs=2"), "story_cloze", "pretrained", 0, assets.gpt,
+                          assets.tokenizer, present=("validation",))
+    metrics = result.metrics
+    report = metrics["reports"]["story_cloze"]
+    assert report["split"] == "validation" and report["complement_of_train_cut"] is True
+    assert report["evaluated_on"].startswith("validation[80%:100%]")
+    assert metrics["train"]["cut"] == {"split": "validation", "fraction": 0.8, "seed": 0,
+                                       "description": str(Cut("validation", 0.0, 0.8, 0))}
+    trained_rows = set(cut_positions(64, Cut("validation", 0.0, 0.8, 0)).tolist())  # synthetic splits: 64 rows
+    evaluated = {p["index"] for p in result.predictions}
+    assert evaluated and not evaluated & trained_rows
+    assert len(evaluated) == report["counts"]["eval"] == 64 - len(trained_rows)
+    selection = metrics["selection"]  # the best epoch on a slice carved from the training examples
+    assert selection["best_epoch"] in (1, 2) and len(selection["epoch_scores"]) == 2
+    assert metrics["train"]["selection_slice"] == selection["slice_examples"] >= 1
+    assert metrics["train"]["examples"] + selection["slice_examples"] == 16
+
+
+def test_a_cut_of_one_report_split_leaves_the_other_whole(assets: Assets) -> None:
+    cut = "finetune.train_cuts.mnli={split: validation_matched, fraction: 0.5, seed: 3}"
+    result = finetune_run(config(cut), "mnli", "pretrained", 0, assets.gpt, assets.tokenizer)
+    reports = result.metrics["reports"]
+    assert reports["mnli_m"]["complement_of_train_cut"] and reports["mnli_m"]["evaluated_on"].startswith(
+        "validation_matched[50%:100%]")
+    assert not reports["mnli_mm"]["complement_of_train_cut"]
+    assert reports["mnli_mm"]["evaluated_on"] == "validation_mismatched"
+    assert result.metrics["selection"] is None
+
+
+def test_same_seed_same_run_and_transfer_is_recorded(assets: Assets) -> None:
+    runs = [finetune_run(config(), "sst2", "pretrained", 7, assets.gpt, assets.tokenizer, transfer_layers=1)
+            for _ in range(2)]
+    assert runs[0].curves == runs[1].curves and runs[0].predictions == runs[1].predictions
+    transfer = runs[0].metrics["transfer"]
+    assert runs[0].metrics["transfer_layers"] == 1
+    assert all(n.startswith("h.1.") for n in transfer["reinitialised"]) and "h.0.ln_1.weight" in transfer["kept"]
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+
+def assert_refused(out: Path, match: str, *args, **kwargs) -> None:
+    with pytest.raises(Gpt1Error, match=match):
+        finetune_stage(config(), *args, out_dir=out, **kwargs)
+    assert not any(path.exists() for path in declared_outputs(out))
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_bad_input_is_refused_before_training_and_leaves_no_output(assets: Assets, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    common = {"seed": 0, "tokenizer_dir": assets.tokenizer}
+    assert_refused(out, "valid: .*sst2", "sst3", "pretrained", pretrained_dir=assets.gpt, **common)
+    assert_refused(out, "not fine-tuned", "dprd", "pretrained", pretrained_dir=assets.gpt, **common)
+    assert_refused(out, "valid: pretrained, scratch", "sst2", "pretrain", pretrained_dir=assets.gpt, **common)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_refused(out, r"model\.json: missing; run the pretrain stage", "sst2", "pretrained", pretrained_dir=empty,
+                   **common)
+    assert_refused(out, "needs 'lstm'", "sst2", "lstm", pretrained_dir=assets.gpt, **common)
+    assert_refused(out, "gpt1 bpe", "sst2", "pretrained", 0, assets.gpt, tmp_path / "no_tokenizer")
+    assert_refused(out, "transfer_layers", "sst2", "scratch", pretrained_dir=assets.gpt, transfer_layers=1,
+                   **common)
+
+
+def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for extra, match in ((-1, "use the tokenizer the model was pre-trained with"), (3, "no room for the specials")):
+        model = GPT(GPTConfig(vocab_size=tok.base_vocab_size + extra, n_ctx=64, n_embd=32, n_layer=1, n_head=2))
+        folder = save_pretrained(model, "gpt", tok, tmp_path / f"vocab{extra}")
+        assert_refused(out, match, "sst2", "pretrained", 0, folder, assets.tokenizer)
+    # Same size, other tokenizer: the fingerprint in model.json gives it away.
+    meta = json.loads((assets.gpt / "model.json").read_text())
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("model.safetensors",):
+        (other / name).write_bytes((assets.gpt / name).read_bytes())
+    write_json(other / "model.json", {**meta, "tokenizer_sha256": "0" * 64})
+    with pytest.raises(Gpt1Error, match="tokenizer sha256"):
+        finetune_stage(config(), "sst2", "scratch", 0, other, assets.tokenizer, out)
+
+
+def test_a_failure_during_the_run_leaves_no_output(assets: Assets, mlflow_store: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpt1.finetune as finetune
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for path in declared_outputs(out):  # an earlier run's files must not survive beside a failed run
+        path.write_text("old")
+
+    def broken(job):
+        raise RuntimeError("killed during evaluation")
+
+    monkeypatch.setattr(finetune, "evaluate_reports", broken)
+    with pytest.raises(RuntimeError, match="killed"):
+        finetune_stage(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
+    assert list(out.iterdir()) == []
+
+
+def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
+    # A cut of a split the task does not have: tasks.load_examples names the task and the valid splits.
+    cut = "finetune.train_cuts.sst2={split: dev, fraction: 0.5, seed: 0}"
+    with pytest.raises(Gpt1Error, match="task sst2: split 'dev'"):
+        finetune_stage(config(cut), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_released_variant_reads_a_hugging_face_folder_and_the_released_bpe(tmp_path: Path) -> None:
+    from gpt1.finetune import REFERENCE_BPE
+    from gpt1.hf import save_hf_dir
+
+    if not REFERENCE_BPE.is_dir():
+        pytest.skip(f"{REFERENCE_BPE} is absent")
+    torch.manual_seed(0)
+    tiny = GPT(GPTConfig(vocab_size=40478, n_ctx=64, n_embd=16, n_layer=1, n_head=2))
+    hf_dir = save_hf_dir(tiny, tmp_path / "hf")
+    result = finetune_run(config(), "sst2", "released", 0, hf_dir, None)
+    assert result.metrics["tokenizer"]["source"] == str(REFERENCE_BPE)
+    assert result.metrics["model"]["config"]["vocab_size"] == 40478 + 3
+    assert result.metrics["reports"]["sst2"]["counts"]["eval"] == 16
+
+
+
+SHARED_MIRROR = REPO.parent / "shared" / "data"
+
+
+@pytest.mark.mirror
+@pytest.mark.skipif(not SHARED_MIRROR.is_dir(), reason="the shared data mirror is absent")
+def test_story_cloze_on_the_mirror_scores_the_rest_of_validation(assets: Assets, monkeypatch) -> None:
+    import pyarrow.parquet as pq
+
+    # The mirror holds no Story Cloze test split: train on validation[0:80%], score validation[80%:100%].
+    monkeypatch.setenv("GPT1_DATA_MIRROR", str(SHARED_MIRROR))
+    cfg = load_config(REPO / "params.yaml", "default", overrides=SMALL)
+    result = finetune_run(cfg, "story_cloze", "pretrained", 0, assets.gpt, assets.tokenizer)
+    report = result.metrics["reports"]["story_cloze"]
+    assert report["evaluated_on"].startswith("validation[80%:100%]") and not report["is_paper_split"]
+    rows = pq.read_metadata(SHARED_MIRROR / "LSDSem" / "story_cloze" / "2016" / "validation.parquet").num_rows
+    trained = set(cut_positions(rows, Cut("validation", 0.0, 0.8, 0)).tolist())
+    assert result.predictions and not {p["index"] for p in result.predictions} & trained
