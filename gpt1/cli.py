@@ -68,7 +68,13 @@ def _pretrain(cfg, a) -> None:
 def _finetune(cfg, a) -> None:
     from gpt1.finetune import finetune_stage
 
-    finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out)
+    finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out, transfer_layers=a.transfer_layers)
+
+
+def _layers(cfg, a) -> None:
+    from gpt1.layers import layers_stage
+
+    layers_stage(cfg, a.task, a.seed, a.pretrained, a.tokenizer, a.out)
 
 
 def _zeroshot(cfg, a) -> None:
@@ -111,8 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     finetune = sub.choices["finetune"]
     finetune.add_argument("--task", required=True, help="one of params.yaml's finetune_tasks, e.g. sst2")
-    finetune.add_argument("--variant", required=True, help="pretrained | scratch (see params.yaml)")
+    finetune.add_argument("--variant", required=True,
+                          help="pretrained | scratch | no_aux | lstm (--pretrained: the LSTM's folder) | released "
+                               "(--pretrained: a Hugging Face folder or hub id, e.g. openai-community/openai-gpt)")
     finetune.add_argument("--seed", type=int, required=True, help="the run's seed")
+    finetune.add_argument("--transfer-layers", type=int, default=None, metavar="K",
+                          help="keep the embeddings and the first K pre-trained blocks, re-initialise the rest")
+    _stage(sub, "layers", "Layers transferred (Figure 2 left): fine-tune TASK with 0..n_layer pre-trained blocks; "
+           "write OUT/layers.json and layers.csv.", _layers, ("--pretrained", "folder of the pretrain stage"),
+           ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
+    sub.choices["layers"].add_argument("--task", required=True, help="mnli or race")
+    sub.choices["layers"].add_argument("--seed", type=int, required=True, help="the run's seed")
     _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) on every pre-training snapshot; "
            "write OUT/zeroshot.json and zeroshot.csv.", _zeroshot, ("--model-dir", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))

@@ -90,6 +90,8 @@ def check_semantics(root: dict[str, Any]) -> None:
     """Rules JSON Schema cannot express. Raises ConfigError naming the key."""
     if root["profile"] not in root["profiles"]:
         raise ConfigError(f"profile: {root['profile']!r} is not defined; valid: {', '.join(root['profiles'])}")
+    if root["ablation_tasks"] and "lstm" not in root["pretrain_models"]:
+        raise ConfigError("ablation_tasks: the LSTM ablation needs lstm in pretrain_models; add it or empty the list")
     for task, ref in root["zeroshot_reference"].items():
         if ref["sota"] <= ref["random"]:
             raise ConfigError(f"zeroshot_reference.{task}.sota: {ref['sota']} must exceed random={ref['random']}")

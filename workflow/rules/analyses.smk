@@ -1,9 +1,10 @@
-# Analyses of the paper's section 5: zero-shot behaviour along pre-training (Figure 2 right).
+# Analyses of the paper's section 5: layers transferred (Figure 2 left), zero-shot behaviour along pre-training
+# (Figure 2 right).
 
 
 rule zeroshot:
     input:
-        code=code("zeroshot", "tasks", "metrics"),
+        code=code("zeroshot", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
         weights=out("pretrain", "{model}", "model.safetensors"),
         config=out("pretrain", "{model}", "model.json"),
         snapshots=out("pretrain", "{model}", "snapshots"),
@@ -29,3 +30,34 @@ rule zeroshot:
     shell:
         "python -m gpt1 zeroshot --profile {params.profile} --model-dir {params.model_dir}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
+
+
+rule layers:
+    input:
+        code=code("layers", "finetune", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
+        weights=out("pretrain", "gpt", "model.safetensors"),
+        config=out("pretrain", "gpt", "model.json"),
+        tokenizer=out("tokenizer", "tokenizer.json"),
+        meta=out("tokenizer", "gpt1_tokenizer.json"),
+    output:
+        json=out("analyses", "layers", "{task}", "{seed}", "layers.json"),
+        csv=out("analyses", "layers", "{task}", "{seed}", "layers.csv"),
+    wildcard_constraints:
+        task="mnli|race",
+        seed=r"\d+",
+    params:
+        profile=PROFILE,
+        pretrained=folder_of_input("weights"),
+        tokenizer=folder_of_input("tokenizer"),
+        out=folder_of_output("json"),
+        finetune=SETTINGS["finetune"],
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+    log:
+        log_file("layers-{task}-{seed}"),
+    conda:
+        ENV
+    shell:
+        "python -m gpt1 layers --profile {params.profile} --task {wildcards.task} --seed {wildcards.seed}"
+        " --pretrained {params.pretrained} --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"

@@ -45,7 +45,7 @@ def data_outputs():
     return rules.encode.output
 
 
-PRETRAINED = ["gpt"]  # the models dvc.yaml's pretrain stage loops over (foreach)
+PRETRAINED = config["pretrain_models"]
 
 
 def pretrain_outputs():
@@ -53,15 +53,23 @@ def pretrain_outputs():
                   file=["model.safetensors", "model.json", "metrics.json", "curves.csv", "snapshots"])
 
 
+FINETUNE_FILES = ["metrics.json", "predictions.jsonl", "curves.csv"]
+
+
 def finetune_outputs():
-    return expand(out("finetune", "{task}", "{variant}", "{seed}", "{file}"), task=config["finetune_tasks"],
-                  variant=config["finetune_variants"], seed=config["seeds"],
-                  file=["metrics.json", "predictions.jsonl", "curves.csv"])
+    runs = expand(out("finetune", "{task}", "{variant}", "{seed}", "{file}"), task=config["finetune_tasks"],
+                  variant=config["finetune_variants"], seed=config["seeds"], file=FINETUNE_FILES)
+    ablations = expand(out("finetune", "{task}", "{variant}", "{seed}", "{file}"), task=config["ablation_tasks"],
+                       variant=["no_aux", "lstm"], seed=config["seeds"], file=FINETUNE_FILES)
+    return runs + ablations
 
 
 def analysis_outputs():
-    return expand(out("analyses", "zeroshot", "{model}", "{file}"), model=PRETRAINED,
-                  file=["zeroshot.json", "zeroshot.csv"])
+    zeroshot = expand(out("analyses", "zeroshot", "{model}", "{file}"), model=PRETRAINED,
+                      file=["zeroshot.json", "zeroshot.csv"])
+    layers = expand(out("analyses", "layers", "{task}", "{seed}", "{file}"), task=config["layer_transfer_tasks"],
+                    seed=config["seeds"], file=["layers.json", "layers.csv"])
+    return zeroshot + layers
 
 
 # dvc.yaml interpolates the profile that params.yaml names; Snakemake may run another one (--config profile=...),

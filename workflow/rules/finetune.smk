@@ -3,7 +3,7 @@
 
 rule finetune:
     input:
-        code=code("finetune", "tasks", "metrics"),
+        code=code("finetune", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
         weights=out("pretrain", "gpt", "model.safetensors"),
         config=out("pretrain", "gpt", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),
@@ -18,6 +18,7 @@ rule finetune:
         seed=r"\d+",
     params:
         profile=PROFILE,
+        variant=lambda wildcards: wildcards.variant,
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("metrics"),
@@ -30,6 +31,49 @@ rule finetune:
     conda:
         ENV
     shell:
-        "python -m gpt1 finetune --profile {params.profile} --task {wildcards.task} --variant {wildcards.variant}"
+        "python -m gpt1 finetune --profile {params.profile} --task {wildcards.task} --variant {params.variant}"
         " --seed {wildcards.seed} --pretrained {params.pretrained} --tokenizer {params.tokenizer} --out {params.out}"
         " 2>&1 | tee {log}"
+
+
+# Table 5 ablations on the GLUE columns (ablation_tasks): without the auxiliary LM (lambda = 0), from the GPT ...
+use rule finetune as ablation_no_aux with:
+    output:
+        metrics=out("finetune", "{task}", "no_aux", "{seed}", "metrics.json"),
+        predictions=out("finetune", "{task}", "no_aux", "{seed}", "predictions.jsonl"),
+        curves=out("finetune", "{task}", "no_aux", "{seed}", "curves.csv"),
+    wildcard_constraints:
+        task="|".join(config["ablation_tasks"]),
+        seed=r"\d+",
+    params:
+        profile=PROFILE,
+        variant="no_aux",
+        pretrained=folder_of_input("weights"),
+        tokenizer=folder_of_input("tokenizer"),
+        out=folder_of_output("metrics"),
+        finetune=SETTINGS["finetune"],
+    log:
+        log_file("finetune-{task}-no_aux-{seed}"),
+
+
+# ... and the LSTM language model with the auxiliary LM, fine-tuned through the same task code.
+use rule ablation_no_aux as ablation_lstm with:
+    input:
+        code=code("finetune", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
+        weights=out("pretrain", "lstm", "model.safetensors"),
+        config=out("pretrain", "lstm", "model.json"),
+        tokenizer=out("tokenizer", "tokenizer.json"),
+        meta=out("tokenizer", "gpt1_tokenizer.json"),
+    output:
+        metrics=out("finetune", "{task}", "lstm", "{seed}", "metrics.json"),
+        predictions=out("finetune", "{task}", "lstm", "{seed}", "predictions.jsonl"),
+        curves=out("finetune", "{task}", "lstm", "{seed}", "curves.csv"),
+    params:
+        profile=PROFILE,
+        variant="lstm",
+        pretrained=folder_of_input("weights"),
+        tokenizer=folder_of_input("tokenizer"),
+        out=folder_of_output("metrics"),
+        finetune=SETTINGS["finetune"],
+    log:
+        log_file("finetune-{task}-lstm-{seed}"),

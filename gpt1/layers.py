@@ -1,0 +1,57 @@
+"""Layers transferred (the paper's Figure 2, left): fine-tune with the embeddings and the first k pre-trained blocks
+transferred and the rest freshly initialised, for every k from 0 (embeddings only) to the number of layers.
+
+One job per (task, seed) runs every k in turn: dvc.yaml can loop only over lists written in params.yaml, and the
+number of layers differs per profile.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from gpt1.errors import Gpt1Error
+from gpt1.files import read_json, require_files, staged_outputs, write_json
+
+# The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
+CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
+FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_split"]
+
+
+def curve_point(k: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One point of the figure: k, train and dev accuracy (fractions), and what dev was."""
+    report = metrics["reports"][CURVE_REPORT[metrics["task"]]]
+    return {"layers": k, "train_accuracy": metrics["train_accuracy"], "dev_accuracy": report["metrics"]["accuracy"],
+            "dev_split": report["evaluated_on"]}
+
+
+def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path):
+    """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve)."""
+    from gpt1.finetune import finetune_run
+    from gpt1.tracking import stage_run
+
+    if task not in CURVE_REPORT:
+        raise Gpt1Error(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
+    require_files("pretrain", Path(pretrained_dir) / "model.json")
+    n_layer = read_json(Path(pretrained_dir) / "model.json")["config"]["n_layer"]
+    runs, points = {}, []
+    params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune")}
+    with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+        run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
+        for k in range(n_layer + 1):
+            metrics = finetune_run(cfg, task, "pretrained", seed, pretrained_dir, tokenizer_dir,
+                                   transfer_layers=k).metrics
+            runs[str(k)] = metrics
+            points.append(curve_point(k, metrics))
+            run.log_metrics({"train_accuracy": points[-1]["train_accuracy"],
+                             "dev_accuracy": points[-1]["dev_accuracy"]}, step=k)
+            print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}")
+        with staged_outputs(out_dir / "layers.json", out_dir / "layers.csv") as (json_tmp, csv_tmp):
+            write_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points, "runs": runs})
+            with open(csv_tmp, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=FIELDS)
+                writer.writeheader()
+                writer.writerows(points)
+        run.log_artifact(out_dir / "layers.csv")
+    return points
