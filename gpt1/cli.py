@@ -83,6 +83,12 @@ def _zeroshot(cfg, a) -> None:
     zeroshot_stage(cfg, a.model_dir, a.tokenizer, a.out)
 
 
+def _report(cfg, a) -> None:
+    from gpt1.report import report_stage
+
+    report_stage(cfg, a.results, a.out)
+
+
 def _export(cfg, a) -> None:
     from gpt1.hf import export_stage
 
@@ -131,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) on every pre-training snapshot; "
            "write OUT/zeroshot.json and zeroshot.csv.", _zeroshot, ("--model-dir", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
+    _stage(sub, "report", "Render the paper's Tables 2-5 and Figure 2 beside ours into OUT/tables and OUT/figures.",
+           _report, ("--results", "the profile's results folder"), ("--out", "output folder"))
     _stage(sub, "export", "Export a pre-trained model folder for another library.", _export,
            ("--model-dir", "folder of the pretrain stage"), ("--out", "output folder"))
     sub.choices["export"].add_argument("--format", choices=("hf",), default="hf",

@@ -1,4 +1,5 @@
 # Validation, the profile, and path helpers every rule file uses.
+import datetime
 import os
 import sys
 
@@ -12,6 +13,15 @@ try:
     check_semantics(config)  # the cross-field rules JSON Schema cannot say
 except ConfigError as err:
     raise WorkflowError(f"params.yaml: {err}") from None
+
+# One id for all the MLflow runs of this invocation: the report stage makes them children of its run. Kept if
+# already set (a cluster job re-reads this file with the submitting process's environment).
+os.environ.setdefault("GPT1_PIPELINE_RUN", f"snakemake-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}")
+
+
+envvars:
+    "GPT1_PIPELINE_RUN",
+
 
 PROFILE = config["profile"]
 SETTINGS = config["profiles"][PROFILE]

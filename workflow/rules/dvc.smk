@@ -8,6 +8,7 @@ rule dvc_commit:
         pretrain_outputs(),
         finetune_outputs(),
         analysis_outputs(),
+        rules.report.output,
     output:
         touch(out("dvc_commit.done")),
     log:

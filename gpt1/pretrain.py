@@ -1,0 +1,1015 @@
+"""Pre-training: random windows of the token ids, AdamW with warm-up + cosine, checkpoints, resume, DDP.
+
+The paper (Section 4.1): Adam, max learning rate 2.5e-4, "increased linearly from zero over the first 2000 updates
+and annealed to 0 using a cosine schedule", 100 epochs of minibatches of 64 randomly sampled, contiguous sequences
+of 512 tokens, dropout 0.1, modified L2 regularisation w = 0.01 on all non bias or gain weights.
+
+How the pieces fit (all of it is the same on 1 process and under `torchrun`):
+
+* Sampling. Every update draws the offsets of its whole global batch (`batch_size` windows of n_ctx + 1 tokens)
+  from ONE generator seeded with pretrain.seed, identical on every rank; rank r takes its slice of the batch and
+  cuts it into micro-batches. So the set of windows an update sees does not depend on the number of processes
+  (a 2-process run equals a 1-process run with the same global batch, up to float summation order), and the
+  generator's state is the whole "data-sampler state" a checkpoint needs.
+* Dropout. Before every micro-batch the torch RNG is seeded from (seed, update, index of the micro-batch in the
+  global batch), so dropout masks too are independent of the process count and of where a run was resumed.
+* Validation. A fixed set of eval_batches x batch_size windows of the validation ids (their own seeded stream),
+  evaluated every eval_every updates, at every snapshot and at the end: mean loss and perplexity.
+* Resume. out_dir/resume/ holds the last checkpoint (weights, optimizer, scheduler, sampler, RNG states, progress,
+  snapshots written so far) and a pointer file naming it, written last. Re-running the same command continues from
+  it; on CPU the final weights equal those of an uninterrupted run bit for bit.
+* Outputs. `declared_outputs()` lists them; they appear together (temp files, then renames) when the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import queue
+import random
+import re
+import shutil
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm import tqdm
+
+from gpt1.errors import Gpt1Error
+from gpt1.files import read_json, sha256_file, staged_outputs, write_json
+from gpt1.ids import TokenIds, load_ids
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.tokenizer import GPT1Tokenizer
+
+MODEL_KINDS = ("gpt", "lstm")
+MODEL_FILE = "model.safetensors"
+MODEL_JSON = "model.json"
+METRICS_FILE = "metrics.json"
+CURVES_FILE = "curves.csv"
+SNAPSHOT_DIR = "snapshots"
+SNAPSHOT_INDEX = "index.json"
+RESUME_DIR = "resume"
+LATEST = "latest.json"  # the pointer to the current checkpoint; written last, so a half-written checkpoint is ignored
+CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
+# Settings a resumed run may change: they do not change what is computed (checkpoint_every, compile) or only its
+# float summation order and dropout masks (micro_batch_size, a memory knob).
+RESUME_FREE_KEYS = frozenset({"checkpoint_every", "compile", "micro_batch_size"})
+VALIDATION_SEED_OFFSET = 1_000_003  # validation windows come from their own stream, not the training one
+CHECKPOINT_FORMAT = 1
+
+
+class PretrainError(Gpt1Error):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Schedule and plan
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Multiplier of the peak lr for the update that follows `step` completed updates (0-based): linear from 0 over
+    `warmup` updates, then half a cosine down to 0 at `total` (as transformers' get_cosine_schedule_with_warmup)."""
+    if step < warmup:
+        return step / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def snapshot_steps(total: int, count: int) -> list[int]:
+    """`count` unique increasing update counts, log-spaced from 1 to `total` (the last is `total`).
+
+    Rounded geometric points collide at the small end; push duplicates up, then pull the tail under `total`."""
+    if not 1 <= count <= total:
+        raise ValueError(f"need 1 <= count <= total, got count={count}, total={total}")
+    if count == 1:
+        return [total]
+    steps = [round(total ** (k / (count - 1))) for k in range(count)]
+    for k in range(1, count):
+        steps[k] = max(steps[k], steps[k - 1] + 1)
+    for k in range(count - 1, -1, -1):
+        steps[k] = min(steps[k], total - (count - 1 - k))
+    return steps
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many updates, and how an update's global batch is split over processes and micro-batches."""
+
+    total_steps: int
+    batch_size: int  # sequences per update, all processes together
+    micro_batch: int  # sequences per forward pass
+    accum_steps: int  # micro-batches per update on each process
+    world_size: int
+    n_ctx: int
+    snapshots: tuple[int, ...]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.n_ctx
+
+    @property
+    def per_rank(self) -> int:
+        return self.batch_size // self.world_size
+
+
+def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_size: int) -> Plan:
+    """total_steps = min(max_steps, floor(epochs * train_tokens / (batch_size * n_ctx))); errors name the keys."""
+    batch, micro = pretrain["batch_size"], pretrain["micro_batch_size"]
+    if batch % (micro * world_size):
+        raise PretrainError(
+            f"pretrain.batch_size={batch} is not a multiple of pretrain.micro_batch_size={micro} x {world_size} "
+            f"process(es); gradient accumulation needs whole micro-batches on every process"
+        )
+    from_epochs = math.floor(pretrain["epochs"] * train_tokens / (batch * n_ctx))
+    total = min(from_epochs, pretrain["max_steps"] or from_epochs)
+    if total < 1:
+        raise PretrainError(
+            f"pretrain.epochs={pretrain['epochs']} over {train_tokens} training tokens gives "
+            f"floor({pretrain['epochs']} * {train_tokens} / (pretrain.batch_size={batch} * model.n_ctx={n_ctx})) = 0 "
+            f"updates; raise epochs, lower batch_size or n_ctx, or add data"
+        )
+    if total < pretrain["snapshots"]:
+        raise PretrainError(
+            f"pretrain.snapshots={pretrain['snapshots']} needs at least that many updates, but the run has {total} "
+            f"(pretrain.max_steps={pretrain['max_steps']}, pretrain.epochs={pretrain['epochs']}); "
+            f"lower snapshots or train longer"
+        )
+    return Plan(total, batch, micro, batch // (micro * world_size), world_size, n_ctx,
+                tuple(snapshot_steps(total, pretrain["snapshots"])))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model, optimizer, schedule
+
+
+def model_config(kind: str, model: dict[str, Any], vocab_size: int) -> GPTConfig | LSTMConfig:
+    """The model's config from params.yaml's `model` section; the vocabulary is the tokenizer's base vocabulary
+    (fine-tuning adds its special tokens later with resize_token_embeddings)."""
+    if kind not in MODEL_KINDS:
+        raise PretrainError(f"--model {kind!r}: valid kinds are {', '.join(MODEL_KINDS)}")
+    p = model["dropout"]
+    try:
+        if kind == "gpt":
+            return GPTConfig(vocab_size=vocab_size, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
+                             n_layer=model["n_layer"], n_head=model["n_head"],
+                             embd_pdrop=p, attn_pdrop=p, resid_pdrop=p)
+        return LSTMConfig(vocab_size=vocab_size, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
+                          hidden_size=model["lstm_hidden"], dropout=p)
+    except ValueError as err:  # the config's own checks name the field
+        raise PretrainError(f"model: {err}") from err
+
+
+def build_model(kind: str, config: GPTConfig | LSTMConfig) -> nn.Module:
+    return GPT(config) if kind == "gpt" else LSTMLM(config)
+
+
+def config_from_dict(kind: str, values: dict[str, Any], where: str) -> GPTConfig | LSTMConfig:
+    """A model config from model.json / safetensors metadata; unknown or invalid fields are named."""
+    cls = GPTConfig if kind == "gpt" else LSTMConfig if kind == "lstm" else None
+    if cls is None:
+        raise PretrainError(f"{where}: kind {kind!r} is not one of {', '.join(MODEL_KINDS)}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise PretrainError(f"{where}: unknown {cls.__name__} field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    try:
+        return cls(**values)
+    except ValueError as err:
+        raise PretrainError(f"{where}: {err}") from err
+
+
+def make_optimizer(model: nn.Module, pretrain: dict[str, Any], fused: bool) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay on matrices only (param_groups: not biases, not LayerNorm gains)."""
+    return torch.optim.AdamW(model.param_groups(pretrain["weight_decay"]), lr=pretrain["lr"],
+                             betas=tuple(pretrain["betas"]), eps=pretrain["eps"], fused=fused or None)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    # A partial (not a lambda) so the scheduler's state_dict stays plain data.
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(lr_factor, warmup=warmup, total=total))
+
+
+def flops_per_token(model: nn.Module) -> int:
+    """Training FLOPs per token: 6*N + 6*n_layer*n_ctx*n_embd.
+
+    6*N: every weight of a matrix multiply costs 2 FLOPs per token forward and 4 backward (Kaplan et al. 2020).
+    N counts the token embedding once, as the tied LM head's matrix multiply, but not the position embedding
+    (a lookup). Attention scores and the weighted sum (q k^T, then p v) cost 2*2*n_ctx*n_embd per layer and token
+    forward over a full context; the causal mask halves that on average, and backward doubles it again:
+    3 * 2*n_ctx*n_embd = 6*n_ctx*n_embd per layer. The LSTM has no attention; its embedding is a lookup."""
+    n = sum(p.numel() for p in model.parameters())
+    if isinstance(model, GPT):
+        c = model.config
+        return 6 * (n - model.positions_embed.weight.numel()) + 6 * c.n_layer * c.n_ctx * c.n_embd
+    if isinstance(model, LSTMLM):
+        return 6 * (n - model.tokens_embed.weight.numel())
+    return 6 * n
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def check_ids(ids: TokenIds, path: Path, config: GPTConfig | LSTMConfig) -> None:
+    """Refuse, before training, ids the model cannot read: a vocabulary larger than the embedding, or fewer tokens
+    than one window."""
+    if ids.header["vocab_size"] > config.vocab_size:
+        raise PretrainError(
+            f"{path}: header vocab_size {ids.header['vocab_size']} exceeds the model's {config.vocab_size} "
+            f"(the tokenizer's base vocabulary); re-run gpt1 encode with this tokenizer"
+        )
+    if len(ids) < config.n_ctx + 1:
+        raise PretrainError(
+            f"{path}: {len(ids)} tokens, fewer than one window of model.n_ctx + 1 = {config.n_ctx + 1}; "
+            f"lower model.n_ctx or use more data"
+        )
+
+
+class WindowSampler:
+    """Offsets of random contiguous windows of n_ctx + 1 tokens, from a generator whose state can be saved."""
+
+    def __init__(self, n_tokens: int, n_ctx: int, seed: int) -> None:
+        self.high = n_tokens - n_ctx  # offsets 0 .. n_tokens - n_ctx - 1: the last window ends at the last token
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def draw(self, count: int) -> torch.Tensor:
+        return torch.randint(0, self.high, (count,), generator=self.generator)
+
+    def state_dict(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_state_dict(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+
+def validation_offsets(n_tokens: int, n_ctx: int, count: int, seed: int) -> torch.Tensor:
+    """The fixed validation windows: the same for every evaluation, every run with this seed, any process count."""
+    return WindowSampler(n_tokens, n_ctx, seed + VALIDATION_SEED_OFFSET).draw(count)
+
+
+def read_windows(ids: np.ndarray, offsets: torch.Tensor, n_ctx: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """x = window[:-1], y = window[1:] for each offset, as int64 on `device`."""
+    rows = torch.from_numpy(np.stack([ids[o : o + n_ctx + 1] for o in offsets.tolist()]).astype(np.int64))
+    if device.type == "cuda":
+        rows = rows.pin_memory().to(device, non_blocking=True)
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
+def micro_seed(seed: int, step: int, index: int) -> int:
+    """The torch seed of micro-batch `index` (its place in the global batch) of update `step`: dropout masks then
+    depend on neither the process count nor where the run was resumed."""
+    return ((seed * 1_000_003 + step) * 65_537 + index) % 2**63
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Runtime: device, data parallelism, precision
+
+
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    distributed: bool
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_runtime() -> Runtime:
+    """One process, or one of WORLD_SIZE started by torchrun (RANK / WORLD_SIZE / LOCAL_RANK): NCCL on CUDA,
+    gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    return Runtime(rank, world, local, device, world > 1)
+
+
+def shutdown_runtime(rt: Runtime) -> None:
+    if rt.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def resolve_precision(setting: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain fp32. auto: bf16 on CUDA, fp32 on CPU (see bench/train_step.py)."""
+    if setting == "bf16" or (setting == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def resolve_compile(setting: bool | str, device: torch.device) -> bool:
+    return device.type == "cuda" if setting == "auto" else bool(setting)
+
+
+def configure_device(device: torch.device) -> None:
+    """TF32 for the fp32 matmuls left under autocast (CUDA only; CPU stays exact fp32)."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
+    """On CUDA prefer the flash kernel of scaled_dot_product_attention, falling back to the others."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return sdpa_kernel(order, set_priority=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Weight files (safetensors)
+
+
+def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict without the copies of tied tensors (GPT's lm_head.weight is tokens_embed.weight): safetensors
+    refuses shared storage, and loading re-ties them."""
+    seen: set[tuple] = set()
+    out = {}
+    for key, tensor in model.state_dict().items():
+        place = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if place in seen:
+            continue
+        seen.add(place)
+        out[key] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """write(temp) then rename: a reader sees the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(temp)
+        _fsync(temp)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def weights_metadata(kind: str, config: GPTConfig | LSTMConfig, tokenizer_sha256: str, step: int, tokens: int):
+    """Stored in every weights file, so a snapshot alone says what it is."""
+    return {"kind": kind, "config": json.dumps(dataclasses.asdict(config)), "tokenizer_sha256": tokenizer_sha256,
+            "step": str(step), "tokens": str(tokens)}
+
+
+def save_weights(model: nn.Module, path: Path, metadata: dict[str, str] | None = None) -> None:
+    save_file(unique_state(model), str(path), metadata=metadata)
+
+
+def read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    try:
+        tensors = load_file(str(path))
+        with safe_open(str(path), "pt") as handle:
+            metadata = handle.metadata() or {}
+    except Exception as err:  # SafetensorError, OSError: a truncated or foreign file
+        raise PretrainError(f"{path}: not a readable safetensors file ({err}); it is truncated or corrupt") from err
+    return tensors, metadata
+
+
+def load_weights(model: nn.Module, tensors: dict[str, torch.Tensor], where: str) -> None:
+    """Copy `tensors` into `model`, naming every missing, unexpected or mis-shaped tensor first."""
+    expected = unique_state(model)
+    problems = [f"{k} is missing (expected shape {tuple(v.shape)})" for k, v in expected.items() if k not in tensors]
+    problems += [f"unexpected tensor {k}" for k in tensors if k not in expected]
+    problems += [
+        f"{k} has shape {tuple(v.shape)}, the config gives {tuple(expected[k].shape)}"
+        for k, v in tensors.items() if k in expected and v.shape != expected[k].shape
+    ]
+    if problems:
+        raise PretrainError(f"{where}: weights do not match the model config: " + "; ".join(problems[:5]))
+    # Tied copies were left out when saving; strict=False lets them be, and they stay tied to their source.
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in tensors.items()}, strict=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+@dataclass
+class Progress:
+    """What a resumed run must know about the updates already done."""
+
+    step: int = 0  # updates completed
+    wall_seconds: float = 0.0  # training wall time so far, all invocations together
+    curves: list[dict[str, float]] = field(default_factory=list)
+    snapshots: list[dict[str, float]] = field(default_factory=list)
+    interval_loss: float = 0.0  # sum of train losses since the last evaluation
+    interval_updates: int = 0
+
+
+def run_settings(kind: str, config: GPTConfig | LSTMConfig, pretrain: dict[str, Any], tokenizer_sha256: str,
+                 headers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Everything that decides the trajectory of a run; a checkpoint only resumes a run with equal settings."""
+    settings = {
+        "kind": kind,
+        "model": dataclasses.asdict(config),
+        "pretrain": {k: v for k, v in pretrain.items() if k not in RESUME_FREE_KEYS},
+        "tokenizer_sha256": tokenizer_sha256,
+        "ids": headers,
+    }
+    return json.loads(json.dumps(settings))  # tuples -> lists, as they come back from JSON
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out.update(_flat(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first differing dotted key, with the checkpoint's and this run's value."""
+    a, b = _flat(old), _flat(new)
+    for key in sorted(a.keys() | b.keys()):
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            return key, a.get(key, "<absent>"), b.get(key, "<absent>")
+    return None
+
+
+def _rng_states() -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                  "has_gauss": has_gauss, "cached": cached},
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    if torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    n = states["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    return {"name": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def save_checkpoint(resume: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: torch.optim.lr_scheduler.LRScheduler, sampler: WindowSampler, progress: Progress,
+                    settings: dict[str, Any], metadata: dict[str, str]) -> None:
+    """Weights + state files named by step, then the pointer; older checkpoints are removed only after that."""
+    weights, state_file = resume / f"weights-{step:09d}.safetensors", resume / f"state-{step:09d}.pt"
+    atomic_write(weights, lambda p: save_weights(model, p, metadata))
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "sampler": sampler.state_dict(),
+        "rng": _rng_states(),
+        "progress": dataclasses.asdict(progress),
+    }
+    atomic_write(state_file, lambda p: torch.save(state, p))
+    pointer = {"format": CHECKPOINT_FORMAT, "step": step, "fingerprint": fingerprint(settings), "settings": settings,
+               "weights": _file_record(weights), "state": _file_record(state_file)}
+    atomic_write(resume / LATEST, lambda p: write_json(p, pointer))
+    for old in resume.glob("*-*.*"):
+        if old.name not in (weights.name, state_file.name) and re.fullmatch(r"(weights|state)-\d+\..+", old.name):
+            old.unlink(missing_ok=True)
+
+
+def _verified(resume: Path, record: Any, what: str) -> Path:
+    """The checkpoint file `record` names, after checking its size and sha256 against the pointer."""
+    if not isinstance(record, dict) or not {"name", "bytes", "sha256"} <= record.keys():
+        raise PretrainError(f"{resume / LATEST}: no valid {what} entry; the checkpoint is corrupt, delete {resume}")
+    path = resume / record["name"]
+    if not path.is_file():
+        raise PretrainError(f"{path}: missing, but {resume / LATEST} names it; delete {resume} to start over")
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        raise PretrainError(f"{path}: {size} bytes, the checkpoint says {record['bytes']}; the file is truncated or "
+                            f"corrupt, delete {resume} to start over")
+    if sha256_file(path) != record["sha256"]:
+        raise PretrainError(f"{path}: sha256 differs from the one in {resume / LATEST}; the file is corrupt, "
+                            f"delete {resume} to start over")
+    return path
+
+
+def read_pointer(resume: Path) -> dict[str, Any] | None:
+    """The checkpoint pointer, or None when there is no checkpoint yet."""
+    path = resume / LATEST
+    if not path.is_file():
+        return None
+    try:
+        pointer = read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PretrainError(f"{path}: not valid JSON ({err}); the checkpoint is corrupt, delete {resume}") from err
+    if not isinstance(pointer, dict) or pointer.get("format") != CHECKPOINT_FORMAT or "settings" not in pointer:
+        raise PretrainError(f"{path}: not a checkpoint pointer of format {CHECKPOINT_FORMAT}; delete {resume}")
+    return pointer
+
+
+def load_checkpoint(resume: Path, settings: dict[str, Any], total_steps: int, model: nn.Module,
+                    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+                    sampler: WindowSampler) -> Progress | None:
+    """Restore everything from the checkpoint in `resume`, or return None when there is none. Refuses (before any
+    training) a checkpoint of other settings, naming the key and both values, and a truncated or corrupt one."""
+    pointer = read_pointer(resume)
+    if pointer is None:
+        return None
+    diff = settings_diff(pointer["settings"], settings)
+    if diff is not None:
+        key, old, new = diff
+        raise PretrainError(f"{resume}: the checkpoint was made with {key}={old!r}, this run has {key}={new!r}; "
+                            f"restore the setting to resume, or delete {resume} to start over")
+    weights = _verified(resume, pointer.get("weights"), "weights")
+    state_file = _verified(resume, pointer.get("state"), "state")
+    tensors, _ = read_weights(weights)
+    load_weights(model, tensors, str(weights))
+    try:
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        sampler.load_state_dict(state["sampler"])
+        _set_rng_states(state["rng"])
+        progress = Progress(**state["progress"])
+    except (RuntimeError, KeyError, ValueError, TypeError, EOFError) as err:
+        raise PretrainError(f"{state_file}: cannot restore the training state ({err}); delete {resume}") from err
+    if not 0 < progress.step < total_steps or progress.step != pointer["step"]:
+        raise PretrainError(f"{state_file}: step {progress.step} does not fit a run of {total_steps} updates; "
+                            f"delete {resume}")
+    return progress
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation, logging
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, ids: np.ndarray, offsets: torch.Tensor, micro: int, n_ctx: int, rt: Runtime,
+             dtype: torch.dtype | None) -> float:
+    """Mean next-token loss over the fixed validation windows; the micro-batches are shared out over processes."""
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=rt.device)
+    chunks = offsets.split(micro)
+    for index in range(rt.rank, len(chunks), rt.world_size):
+        x, y = read_windows(ids, chunks[index], n_ctx, rt.device)
+        with autocast(rt.device, dtype), attention_kernels(rt.device):
+            _, loss = model(x, y)
+        total += loss.double() * len(chunks[index])
+    if rt.distributed:
+        dist.all_reduce(total)
+    model.train(was_training)
+    return (total / len(offsets)).item()
+
+
+class MetricSink:
+    """Per-update metrics to MLflow from a background thread, so the training loop never waits for sqlite.
+
+    One write costs ~20 ms, longer than a small update; the thread therefore sends everything queued since its last
+    write as one batch (many steps, one transaction). Failures warn once and never stop training."""
+
+    BATCH = 1000  # MLflow's cap on metrics per log_batch call
+
+    def __init__(self, run: Any | None) -> None:
+        self.run = run
+        self.queue: queue.Queue = queue.Queue()
+        self.warned = False
+        self.thread = threading.Thread(target=self._work, daemon=True) if run is not None else None
+        if self.thread:
+            self.thread.start()
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.thread:
+            self.queue.put((metrics, step))
+
+    def _work(self) -> None:
+        while True:
+            items = [self.queue.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    items.append(self.queue.get_nowait())
+            stop = items[-1] is None  # close() queues None last
+            self._write([item for item in items if item is not None])
+            if stop:
+                return
+
+    def _write(self, items: list[tuple[dict[str, float], int]]) -> None:
+        from mlflow.entities import Metric
+
+        from gpt1.tracking import _retry  # sqlite's "database is locked" back-off, shared with StageRun
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for metrics, step in items for k, v in metrics.items()]
+        try:
+            for start in range(0, len(batch), self.BATCH):
+                chunk = batch[start : start + self.BATCH]
+                _retry(lambda chunk=chunk: self.run.client.log_batch(self.run.run_id, metrics=chunk))
+        except Exception as err:
+            if not self.warned:
+                warnings.warn(f"MLflow logging failed, training goes on: {err}", stacklevel=1)
+                self.warned = True
+
+    def close(self) -> None:
+        if self.thread:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Outputs
+
+
+def snapshot_name(index: int) -> str:
+    return f"{index:02d}.safetensors"
+
+
+def declared_outputs(out_dir: str | Path, snapshots: int) -> list[Path]:
+    """Every file a finished run leaves in out_dir (the resume folder is not one of them)."""
+    out = Path(out_dir)
+    files = [out / MODEL_FILE, out / MODEL_JSON, out / METRICS_FILE, out / CURVES_FILE]
+    files += [out / SNAPSHOT_DIR / snapshot_name(i) for i in range(snapshots)]
+    return [*files, out / SNAPSHOT_DIR / SNAPSHOT_INDEX]
+
+
+def remove_outputs(out_dir: Path, snapshots: int) -> None:
+    """Before training: an earlier run's outputs (and temp files of a killed one) must not sit beside this run."""
+    for path in declared_outputs(out_dir, snapshots):
+        path.unlink(missing_ok=True)
+    for folder in (out_dir, out_dir / SNAPSHOT_DIR):
+        for path in [*folder.glob("*.safetensors"), *folder.glob(".*.tmp*")]:
+            if path.is_file():
+                path.unlink()
+
+
+def _write_curves(path: Path, rows: list[dict[str, float]]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CURVE_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Job:
+    """A validated, ready-to-train run: inputs, plan, model and optimizer state (restored when resuming)."""
+
+    kind: str
+    config: GPTConfig | LSTMConfig
+    pretrain: dict[str, Any]
+    tokenizer_sha256: str
+    train_ids: TokenIds
+    val_ids: TokenIds
+    out_dir: Path
+    plan: Plan
+    rt: Runtime
+    settings: dict[str, Any]
+    raw: nn.Module  # the model itself: what gets saved
+    optimizer: torch.optim.AdamW
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    sampler: WindowSampler
+    progress: Progress
+    dtype: torch.dtype | None
+    compiled: bool
+    resumed_from: int = 0
+    last_checkpoint: int = 0  # step of the newest checkpoint on disk (named when a NaN stops the run)
+
+    @property
+    def resume_dir(self) -> Path:
+        return self.out_dir / RESUME_DIR
+
+    def metadata(self, step: int) -> dict[str, str]:
+        return weights_metadata(self.kind, self.config, self.tokenizer_sha256, step, step * self.plan.tokens_per_step)
+
+
+def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> Job:
+    """Check every input, build model/optimizer/schedule/sampler and restore a checkpoint, all before training."""
+    pretrain, model = cfg.section("pretrain"), cfg.section("model")
+    if kind not in MODEL_KINDS:
+        raise PretrainError(f"--model {kind!r}: valid kinds are {', '.join(MODEL_KINDS)}")
+    tok = GPT1Tokenizer.load(tokenizer_dir)
+    sha = tok.fingerprint()
+    ids_dir, out_dir = Path(ids_dir), Path(out_dir)
+    splits = {s: load_ids(ids_dir / f"{s}.bin", ids_dir / f"{s}.json", sha) for s in ("train", "validation")}
+    config = model_config(kind, model, tok.base_vocab_size)
+    for split, ids in splits.items():
+        check_ids(ids, ids_dir / f"{split}.bin", config)
+    plan = make_plan(pretrain, config.n_ctx, len(splits["train"]), rt.world_size)
+    settings = run_settings(kind, config, pretrain, sha, {s: ids.header for s, ids in splits.items()})
+
+    configure_device(rt.device)
+    torch.manual_seed(pretrain["seed"])  # the same initial weights on every process (DDP also broadcasts rank 0's)
+    raw = build_model(kind, config).to(rt.device)
+    optimizer = make_optimizer(raw, pretrain, fused=rt.device.type == "cuda")
+    scheduler = make_scheduler(optimizer, pretrain["warmup_steps"], plan.total_steps)
+    sampler = WindowSampler(len(splits["train"]), config.n_ctx, pretrain["seed"])
+    progress = load_checkpoint(out_dir / RESUME_DIR, settings, plan.total_steps, raw, optimizer, scheduler, sampler)
+    start = progress.step if progress else 0
+    return Job(kind=kind, config=config, pretrain=pretrain, tokenizer_sha256=sha, train_ids=splits["train"],
+               val_ids=splits["validation"], out_dir=out_dir, plan=plan, rt=rt, settings=settings, raw=raw,
+               optimizer=optimizer, scheduler=scheduler, sampler=sampler, progress=progress or Progress(),
+               dtype=resolve_precision(pretrain["precision"], rt.device),
+               compiled=resolve_compile(pretrain["compile"], rt.device), resumed_from=start, last_checkpoint=start)
+
+
+def _wrap(job: Job) -> tuple[nn.Module, nn.Module]:
+    """(model to train: compiled and/or DDP-wrapped, model to evaluate: compiled, never DDP)."""
+    model: nn.Module = job.raw
+    if job.compiled:
+        model = torch.compile(model)
+    evaluator = model
+    if job.rt.distributed:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        cuda = job.rt.device.type == "cuda"
+        model = DDP(model, device_ids=[job.rt.local_rank] if cuda else None)
+    return model, evaluator
+
+
+def train_update(job: Job, model: nn.Module, step: int) -> float:
+    """One optimizer update (0-based `step`): this process's share of the global batch in micro-batches, gradients
+    synchronised on the last one only. Returns the mean loss over the global batch."""
+    plan, rt = job.plan, job.rt
+    offsets = job.sampler.draw(plan.batch_size)[rt.rank * plan.per_rank : (rt.rank + 1) * plan.per_rank]
+    total = torch.zeros((), device=rt.device)
+    for i in range(plan.accum_steps):
+        torch.manual_seed(micro_seed(job.pretrain["seed"], step, rt.rank * plan.accum_steps + i))
+        x, y = read_windows(job.train_ids.ids, offsets[i * plan.micro_batch : (i + 1) * plan.micro_batch],
+                            plan.n_ctx, rt.device)
+        last = i == plan.accum_steps - 1
+        sync = contextlib.nullcontext() if last or not rt.distributed else model.no_sync()
+        with sync:
+            with autocast(rt.device, job.dtype), attention_kernels(rt.device):
+                _, loss = model(x, y)
+            (loss / plan.accum_steps).backward()
+        total += loss.detach().float()
+    if rt.distributed:
+        dist.all_reduce(total)
+    value = (total / (plan.accum_steps * rt.world_size)).item()
+    if not math.isfinite(value):
+        job.optimizer.zero_grad(set_to_none=True)
+        kept = (f"the last good checkpoint (step {job.last_checkpoint}) is kept in {job.resume_dir}"
+                if job.last_checkpoint else "no checkpoint had been written yet")
+        raise PretrainError(f"step {step + 1}: the training loss is {value}; stopped, {kept}; "
+                            f"lower pretrain.lr or set pretrain.grad_clip")
+    if job.pretrain["grad_clip"]:
+        torch.nn.utils.clip_grad_norm_(job.raw.parameters(), job.pretrain["grad_clip"])
+    job.optimizer.step()
+    job.scheduler.step()
+    job.optimizer.zero_grad(set_to_none=True)
+    return value
+
+
+def _validation(job: Job, evaluator: nn.Module, offsets: torch.Tensor) -> float:
+    return evaluate(evaluator, job.val_ids.ids, offsets, job.plan.micro_batch, job.plan.n_ctx, job.rt, job.dtype)
+
+
+def run_training(job: Job, run: Any | None = None) -> dict[str, Any]:
+    """Train from job.progress to plan.total_steps, evaluating, snapshotting and checkpointing on the way; on the
+    main process write the outputs and return the final metrics."""
+    plan, rt, p = job.plan, job.rt, job.pretrain
+    model, evaluator = _wrap(job)
+    model.train()
+    val_offsets = validation_offsets(len(job.val_ids), plan.n_ctx, p["eval_batches"] * plan.batch_size, p["seed"])
+    snapshot_index = {step: i for i, step in enumerate(plan.snapshots)}
+    sink = MetricSink(run)
+    bar = tqdm(total=plan.total_steps, initial=job.progress.step, desc=f"pretrain {job.kind}", unit="step",
+               disable=not rt.is_main, dynamic_ncols=True)
+    progress, started = job.progress, time.perf_counter()
+    previous_wall = progress.wall_seconds
+    try:
+        for step in range(progress.step, plan.total_steps):
+            lr = job.scheduler.get_last_lr()[0]
+            tick = time.perf_counter()
+            loss = train_update(job, model, step)
+            seconds = time.perf_counter() - tick
+            done = step + 1
+            progress.step, progress.interval_loss, progress.interval_updates = (
+                done, progress.interval_loss + loss, progress.interval_updates + 1)
+            progress.wall_seconds = previous_wall + time.perf_counter() - started
+            speed = plan.tokens_per_step / seconds
+            sink.log({"train_loss": loss, "lr": lr, "tokens_per_second": speed}, done)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}", refresh=False)
+            bar.update(1)
+            val_loss = None
+            if done in snapshot_index or done % p["eval_every"] == 0 or done == plan.total_steps:
+                val_loss = _validation(job, evaluator, val_offsets)
+            if done in snapshot_index and rt.is_main:
+                path = job.resume_dir / SNAPSHOT_DIR / snapshot_name(snapshot_index[done])
+                atomic_write(path, lambda f, d=done: save_weights(job.raw, f, job.metadata(d)))
+                progress.snapshots.append({"index": snapshot_index[done], "step": done,
+                                           "tokens": done * plan.tokens_per_step, "val_loss": val_loss})
+            if done % p["eval_every"] == 0 or done == plan.total_steps:
+                row = {"step": done, "tokens": done * plan.tokens_per_step, "lr": lr,
+                       "train_loss": progress.interval_loss / progress.interval_updates,
+                       "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
+                progress.curves.append(row)
+                progress.interval_loss, progress.interval_updates = 0.0, 0
+                sink.log({"val_loss": val_loss, "val_perplexity": row["val_perplexity"]}, done)
+            if done % p["checkpoint_every"] == 0 and done < plan.total_steps and rt.is_main:
+                save_checkpoint(job.resume_dir, done, job.raw, job.optimizer, job.scheduler, job.sampler, progress,
+                                job.settings, job.metadata(done))
+                job.last_checkpoint = done
+    finally:
+        bar.close()
+        sink.close()
+    if not rt.is_main:
+        return {}
+    return finish(job, run)
+
+
+def finish(job: Job, run: Any | None) -> dict[str, Any]:
+    """Write every declared output (temp names, renamed together at the end), then drop the resume folder."""
+    plan, progress = job.plan, job.progress
+    tokens = plan.total_steps * plan.tokens_per_step
+    last = progress.curves[-1]
+    metrics = {
+        "val_loss": last["val_loss"],
+        "val_perplexity": last["val_perplexity"],
+        "train_loss": last["train_loss"],
+        "steps": plan.total_steps,
+        "tokens": tokens,
+        "flops": flops_per_token(job.raw) * tokens,
+        "flops_per_token": flops_per_token(job.raw),
+        "device_seconds": progress.wall_seconds * job.rt.world_size,
+        "wall_seconds": progress.wall_seconds,
+        "tokens_per_second": tokens / max(progress.wall_seconds, 1e-9),
+        "parameters": sum(q.numel() for q in job.raw.parameters()),
+        "world_size": job.rt.world_size,
+    }
+    model_meta = {"kind": job.kind, "config": dataclasses.asdict(job.config), "tokenizer_sha256": job.tokenizer_sha256,
+                  "step": plan.total_steps, "tokens": tokens}
+    paths = declared_outputs(job.out_dir, len(plan.snapshots))
+    with staged_outputs(*paths) as temps:
+        save_weights(job.raw, temps[0], job.metadata(plan.total_steps))
+        write_json(temps[1], model_meta)
+        write_json(temps[2], metrics)
+        _write_curves(temps[3], progress.curves)
+        for i, temp in enumerate(temps[4:-1]):
+            _link_or_copy(job.resume_dir / SNAPSHOT_DIR / snapshot_name(i), temp)
+        write_json(temps[-1], sorted(progress.snapshots, key=lambda s: s["index"]))
+    shutil.rmtree(job.resume_dir, ignore_errors=True)
+    if run is not None:
+        run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, plan.total_steps)
+        run.log_artifact(job.out_dir / METRICS_FILE)
+        run.log_artifact(job.out_dir / CURVES_FILE)
+    return metrics
+
+
+def _params(job: Job) -> dict[str, Any]:
+    return {"kind": job.kind, "model": dataclasses.asdict(job.config), "pretrain": job.pretrain,
+            "plan": {"total_steps": job.plan.total_steps, "accum_steps": job.plan.accum_steps,
+                     "world_size": job.rt.world_size, "snapshots": list(job.plan.snapshots)},
+            "device": str(job.rt.device), "autocast": str(job.dtype), "compiled": job.compiled}
+
+
+def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """`gpt1 pretrain`: train (or resume) a language model on IDS/train.bin; write the declared outputs in OUT/.
+    Under torchrun every process runs this; only rank 0 writes files and logs."""
+    rt = init_runtime()
+    try:
+        job = prepare(cfg, model_kind, Path(ids_dir), Path(tokenizer_dir), Path(out_dir), rt)
+        if not rt.is_main:
+            return run_training(job)
+        remove_outputs(job.out_dir, len(job.plan.snapshots))
+        if job.resumed_from == 0:  # files of a run killed before its first checkpoint are not a checkpoint
+            shutil.rmtree(job.resume_dir, ignore_errors=True)
+        else:
+            print(f"pretrain: resuming from the checkpoint at step {job.resumed_from} in {job.resume_dir}")
+        from gpt1.tracking import stage_run
+
+        with stage_run(f"pretrain-{model_kind}", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job)) as run:
+            run.set_tags({"gpt1.tokenizer_sha256": job.tokenizer_sha256, "gpt1.resumed_from_step": job.resumed_from})
+            return run_training(job, run)
+    finally:
+        shutdown_runtime(rt)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading a pre-trained model
+
+
+def _model_from_weights(path: Path, meta: dict[str, Any] | None) -> tuple[nn.Module, dict[str, Any]]:
+    """A model from a weights file; its config from the file's own metadata, else from `meta` (model.json)."""
+    tensors, file_meta = read_weights(path)
+    if "config" in file_meta and "kind" in file_meta:
+        kind, values = file_meta["kind"], json.loads(file_meta["config"])
+        info = {"kind": kind, "config": values, "tokenizer_sha256": file_meta.get("tokenizer_sha256"),
+                "step": int(file_meta.get("step", 0)), "tokens": int(file_meta.get("tokens", 0))}
+        if meta is not None and (meta.get("kind"), meta.get("config")) != (kind, values):
+            diff = settings_diff({"kind": meta.get("kind"), "config": meta.get("config")},
+                                 {"kind": kind, "config": values})
+            key, a, b = diff or ("config", "?", "?")
+            raise PretrainError(f"{path}: made with {key}={b!r}, but {MODEL_JSON} beside it says {key}={a!r}")
+    elif meta is not None:
+        info = dict(meta)
+    else:
+        raise PretrainError(f"{path}: no gpt1 metadata and no {MODEL_JSON} beside it; cannot tell its config")
+    model = build_model(info["kind"], config_from_dict(info["kind"], info["config"], str(path)))
+    load_weights(model, tensors, str(path))
+    return model.eval(), {**info, "source": str(path)}
+
+
+def _sibling_meta(*candidates: Path) -> dict[str, Any] | None:
+    for path in candidates:
+        if path.is_file():
+            return read_json(path)
+    return None
+
+
+def load_pretrained(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """(model in eval mode, meta) from: a pretrain out_dir (model.safetensors + model.json), one weights file
+    (a snapshot such as OUT/snapshots/03.safetensors), a Hugging Face directory (config.json), or a hub id.
+    meta holds kind, config, tokenizer_sha256, step, tokens and source (None where unknown, e.g. for HF)."""
+    path = Path(source)
+    if path.is_dir() and (path / MODEL_JSON).is_file():
+        return _model_from_weights(path / MODEL_FILE, read_json(path / MODEL_JSON))
+    if path.is_file() and path.suffix == ".safetensors":
+        return _model_from_weights(path, _sibling_meta(path.parent / MODEL_JSON, path.parent.parent / MODEL_JSON))
+    if path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
+        raise PretrainError(f"{path}: not a pretrain folder ({MODEL_JSON}), a .safetensors file or a Hugging Face "
+                            f"folder (config.json)")
+    from gpt1.hf import load_hf  # transformers is slow to import; only this branch needs it
+
+    try:
+        model = load_hf(path if path.exists() else str(source))
+    except (OSError, ValueError) as err:
+        raise PretrainError(f"{source}: cannot load as a Hugging Face OpenAIGPT model ({err})") from err
+    meta = {"kind": "gpt", "config": dataclasses.asdict(model.config), "tokenizer_sha256": None, "step": None,
+            "tokens": None, "source": str(source)}
+    return model, meta
+
+
+def iter_snapshots(out_dir: str | Path) -> Iterator[tuple[dict[str, Any], Path]]:
+    """(index entry, weights file) of each snapshot of a finished run, in order."""
+    out = Path(out_dir)
+    for entry in read_json(out / SNAPSHOT_DIR / SNAPSHOT_INDEX):
+        yield entry, out / SNAPSHOT_DIR / snapshot_name(entry["index"])
+
+
+__all__ = [
+    "MODEL_KINDS",
+    "Plan",
+    "PretrainError",
+    "Progress",
+    "WindowSampler",
+    "declared_outputs",
+    "flops_per_token",
+    "iter_snapshots",
+    "load_pretrained",
+    "lr_factor",
+    "make_plan",
+    "pretrain_stage",
+    "snapshot_steps",
+]

@@ -1,0 +1,108 @@
+"""Shared fixtures: a tiny tokenizer and token-id folder made from the synthetic corpus, a throwaway MLflow store,
+tiny configs of the repository's params.yaml, and the environment for `python -m gpt1` subprocesses."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = REPO / "params.yaml"
+
+# The smoke profile shrunk further: a 1-layer, 16-wide model on 16-token windows, 12 updates of 4 sequences.
+TINY = [
+    "model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.n_ctx=16", "model.lstm_hidden=16",
+    "pretrain.batch_size=4", "pretrain.micro_batch_size=4", "pretrain.max_steps=12", "pretrain.warmup_steps=2",
+    "pretrain.eval_every=4", "pretrain.eval_batches=2", "pretrain.checkpoint_every=4", "pretrain.snapshots=3",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TinyData:
+    tokenizer: Path  # folder of GPT1Tokenizer.save
+    ids: Path  # folder with {train,validation}.{bin,json}
+    corpus: Path  # folder with {train,validation}.jsonl
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
+    """30 synthetic stories (24 train, 6 validation, ~25k tokens), a 200-merge `fast` BPE, and their ids."""
+    from gpt1.fixtures import synthetic_corpus
+    from gpt1.ids import encode_split
+    from gpt1.tokenizer import train
+
+    root = tmp_path_factory.mktemp("tiny_data")
+    docs = list(synthetic_corpus(30, seed=1))
+    corpus, tokenizer, ids = root / "corpus", root / "tokenizer", root / "ids"
+    corpus.mkdir()
+    _write_jsonl(corpus / "train.jsonl", docs[:24])
+    _write_jsonl(corpus / "validation.jsonl", docs[24:])
+    train([d["text"] for d in docs[:24]], "fast", merges=200, limit_alphabet=100).save(tokenizer)
+    for split in ("train", "validation"):
+        encode_split(tokenizer, corpus / f"{split}.jsonl", ids / f"{split}.bin", ids / f"{split}.json",
+                     dtype="uint16", chunk_chars=20_000, workers=1)
+    return TinyData(tokenizer, ids, corpus)
+
+
+@pytest.fixture(scope="session")
+def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite store for the session: creating a store costs seconds, so tests share it."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def mlflow_env(monkeypatch: pytest.MonkeyPatch, mlflow_db: str) -> str:
+    """Stages run in this test log into the throwaway store, never into the repository's mlflow.db."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    return mlflow_db
+
+
+def tiny_config(*overrides: str, profile: str = "smoke"):
+    """The repository's params.yaml, `profile`, shrunk by TINY and then `overrides`."""
+    from gpt1.config import load_config
+
+    return load_config(PARAMS, profile, overrides=[*TINY, *overrides])
+
+
+@pytest.fixture
+def make_config() -> Callable:
+    return tiny_config
+
+
+@pytest.fixture(scope="session")
+def subprocess_env(mlflow_db: str) -> dict[str, str]:
+    """For `python -m gpt1 ...` children: one thread each, the throwaway store, the repository importable."""
+    env = dict(os.environ)
+    env.update({
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GPT1_WORKERS": "1", "MLFLOW_TRACKING_URI": mlflow_db,
+        "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "TQDM_DISABLE": "1",
+    })  # fmt: skip
+    return env
+
+
+def gpt1_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpt1", *args]
+
+
+@pytest.fixture(scope="session")
+def trained_gpt(tiny_data: TinyData, mlflow_db: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The out_dir of one finished tiny GPT pre-training run (in-process), shared by read-only tests."""
+    from gpt1.pretrain import pretrain_stage
+
+    out = tmp_path_factory.mktemp("trained_gpt") / "pretrain"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+        pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, out)
+    return out

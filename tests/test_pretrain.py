@@ -1,0 +1,417 @@
+"""gpt1.pretrain: schedule, decay groups, snapshots, resume (after a real kill -9), refusals, NaN stop, DDP, export.
+
+CPU only, tiny models from tests/conftest.py. The subprocess tests (kill + resume, torchrun) are marked slow:
+they pay python + torch + mlflow start-up several times."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, TINY, TinyData, gpt1_command, tiny_config
+from safetensors.torch import load_file, save_file
+
+from gpt1.errors import Gpt1Error
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.pretrain import (
+    LATEST,
+    RESUME_DIR,
+    WindowSampler,
+    declared_outputs,
+    flops_per_token,
+    load_pretrained,
+    lr_factor,
+    make_optimizer,
+    make_plan,
+    make_scheduler,
+    pretrain_stage,
+    snapshot_steps,
+)
+
+PRETRAIN = tiny_config().section("pretrain")
+
+
+def read_curves(out: Path) -> list[dict[str, float]]:
+    with open(out / "curves.csv") as handle:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def pretrain_args(data: TinyData, out: Path, *overrides: str) -> list[str]:
+    """`gpt1 pretrain` with the repository's params.yaml, the smoke profile and --set overrides making it tiny."""
+    args = ["pretrain", "--params", str(REPO / "params.yaml"), "--profile", "smoke", "--model", "gpt",
+            "--ids", str(data.ids), "--tokenizer", str(data.tokenizer), "--out", str(out)]
+    return args + [f"--set={o}" for o in (*TINY, *overrides)]
+
+
+def run_cli(env: dict[str, str], args: list[str], launcher: list[str] | None = None) -> subprocess.CompletedProcess:
+    command = [*launcher, "-m", "gpt1", *args] if launcher else gpt1_command(*args)
+    return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path))
+
+
+def assert_bit_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.fixture
+def one_thread():
+    """In-process runs compared bit for bit with single-threaded subprocesses use one thread too."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------------------------ pure pieces
+
+
+def test_lr_warms_up_linearly_from_zero_then_cosine_to_zero() -> None:
+    warmup, total = 10, 110
+    assert lr_factor(0, warmup, total) == 0.0
+    assert lr_factor(5, warmup, total) == pytest.approx(0.5)
+    assert lr_factor(warmup, warmup, total) == pytest.approx(1.0)
+    assert lr_factor(60, warmup, total) == pytest.approx(0.5)  # half-way through the cosine
+    assert lr_factor(total, warmup, total) == pytest.approx(0.0, abs=1e-12)
+    ramp = [lr_factor(s, warmup, total) for s in range(warmup + 1)]
+    decay = [lr_factor(s, warmup, total) for s in range(warmup, total + 1)]
+    assert ramp == sorted(ramp) and decay == sorted(decay, reverse=True)
+    # The scheduler the loop uses gives exactly lr * factor.
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=3e-4)
+    sched = make_scheduler(opt, warmup, total)
+    seen = []
+    for _ in range(total):
+        seen.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([3e-4 * lr_factor(s, warmup, total) for s in range(total)])
+
+
+@pytest.mark.parametrize("model", [
+    GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=2, n_head=2)),
+    LSTMLM(LSTMConfig(vocab_size=50, n_ctx=8, n_embd=16, hidden_size=24)),
+])  # fmt: skip
+def test_weight_decay_only_on_matrices(model: torch.nn.Module) -> None:
+    opt = make_optimizer(model, PRETRAIN, fused=False)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == PRETRAIN["weight_decay"] and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(p.dim() >= 2 for p in decay["params"])
+    assert all(p.dim() == 1 for p in no_decay["params"])  # biases and LayerNorm gains/biases
+    assert any(names[id(p)].endswith("bias") for p in no_decay["params"])
+    if isinstance(model, GPT):
+        assert {names[id(p)] for p in no_decay["params"]} >= {"h.0.ln_1.weight", "h.1.ln_2.weight"}
+        assert "tokens_embed.weight" in {names[id(p)] for p in decay["params"]}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+@pytest.mark.parametrize(("total", "count"), [(1500, 8), (40, 4), (10, 10), (7, 3), (1, 1), (100_000, 10)])
+def test_snapshot_steps_are_unique_log_spaced_and_end_at_total(total: int, count: int) -> None:
+    steps = snapshot_steps(total, count)
+    assert len(steps) == count and steps == sorted(set(steps))
+    assert steps[-1] == total and steps[0] >= 1
+    if count > 1:
+        assert steps[0] == 1
+    if total >= 10 ** (count / 4):  # room to be log-spaced: the ratios are about equal
+        ratios = [b / a for a, b in itertools.pairwise(steps[1:])]
+        expected = total ** (1 / (count - 1))
+        assert all(abs(r / expected - 1) < 0.2 for r in ratios)
+    assert snapshot_steps(1500, 8) == [1, 3, 8, 23, 65, 186, 528, 1500]
+
+
+def test_plan_counts_updates_and_names_keys_on_errors() -> None:
+    p = dict(PRETRAIN, epochs=2, max_steps=None, batch_size=8, micro_batch_size=2)
+    plan = make_plan(p, n_ctx=16, train_tokens=1000, world_size=2)
+    assert plan.total_steps == math.floor(2 * 1000 / (8 * 16)) and plan.accum_steps == 2 and plan.per_rank == 4
+    assert make_plan(dict(p, max_steps=3), 16, 1000, 1).total_steps == 3
+    with pytest.raises(Gpt1Error, match=r"pretrain\.batch_size=8 .*micro_batch_size=2 x 3"):
+        make_plan(p, 16, 1000, world_size=3)
+    with pytest.raises(Gpt1Error, match=r"pretrain\.epochs.* = 0 updates"):
+        make_plan(p, 16, 50, 1)
+    with pytest.raises(Gpt1Error, match=r"pretrain\.snapshots=3 .* has 2"):
+        make_plan(dict(p, max_steps=2), 16, 1000, 1)
+
+
+def test_sampler_state_round_trips_and_flops_formula() -> None:
+    a = WindowSampler(1000, 16, seed=3)
+    a.draw(5)
+    state = a.state_dict()
+    expected = a.draw(7)
+    b = WindowSampler(1000, 16, seed=99)
+    b.load_state_dict(state)
+    assert torch.equal(b.draw(7), expected)
+    assert int(WindowSampler(17, 16, 0).draw(100).max()) == 0  # 17 tokens: exactly one window of n_ctx + 1
+    cfg = GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=2, n_head=2)
+    model = GPT(cfg)
+    n = sum(p.numel() for p in model.parameters()) - 8 * 16  # position embedding: a lookup
+    assert flops_per_token(model) == 6 * n + 6 * 2 * 8 * 16
+
+
+# ------------------------------------------------------------------------------------------------ a finished run
+
+
+def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> None:
+    files = {p for p in trained_gpt.rglob("*") if p.is_file()}
+    assert files == set(declared_outputs(trained_gpt, 3))
+    assert not (trained_gpt / RESUME_DIR).exists()
+    meta = json.loads((trained_gpt / "model.json").read_text())
+    assert meta["kind"] == "gpt" and meta["step"] == 12 and meta["tokens"] == 12 * 4 * 16
+    assert meta["config"]["n_embd"] == 16
+    metrics = json.loads((trained_gpt / "metrics.json").read_text())
+    assert metrics["steps"] == 12 and metrics["tokens"] == 768 and metrics["flops"] > 0
+    assert metrics["val_perplexity"] == pytest.approx(math.exp(metrics["val_loss"]))
+    curves = read_curves(trained_gpt)
+    assert [r["step"] for r in curves] == [4, 8, 12]
+    index = json.loads((trained_gpt / "snapshots" / "index.json").read_text())
+    assert [s["step"] for s in index] == snapshot_steps(12, 3) == [1, 3, 12]
+    assert index[-1]["val_loss"] == pytest.approx(metrics["val_loss"])
+    assert_bit_equal(weights(trained_gpt / "snapshots" / "02.safetensors"), weights(trained_gpt / "model.safetensors"))
+
+
+def test_load_pretrained_from_folder_and_snapshot(trained_gpt: Path, tmp_path: Path) -> None:
+    model, meta = load_pretrained(trained_gpt)
+    assert isinstance(model, GPT) and meta["step"] == 12 and not model.training
+    first, snap_meta = load_pretrained(trained_gpt / "snapshots" / "00.safetensors")
+    assert snap_meta["step"] == 1 and snap_meta["tokens"] == 64
+    saved = weights(trained_gpt / "snapshots" / "00.safetensors")
+    assert torch.equal(first.h[0].attn.c_attn.weight, saved["h.0.attn.c_attn.weight"])
+    assert first.lm_head.weight is first.tokens_embed.weight  # re-tied after loading
+    # A file without our metadata, whose shapes disagree with the model.json beside it: the tensor is named.
+    bad = tmp_path / "run"
+    (bad / "snapshots").mkdir(parents=True)
+    shutil.copy(trained_gpt / "model.json", bad / "model.json")
+    tensors = dict(saved, **{"h.0.mlp.c_fc.weight": torch.zeros(3, 16)})
+    save_file(tensors, str(bad / "snapshots" / "00.safetensors"))
+    with pytest.raises(Gpt1Error, match=r"h\.0\.mlp\.c_fc\.weight has shape \(3, 16\), the config gives \(64, 16\)"):
+        load_pretrained(bad / "snapshots" / "00.safetensors")
+    with pytest.raises(Gpt1Error, match="not a pretrain folder"):
+        load_pretrained(tmp_path)
+
+
+def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, mlflow_env: str) -> None:
+    from transformers import OpenAIGPTLMHeadModel
+
+    from gpt1.hf import export_outputs, export_stage
+
+    out = export_stage(tiny_config(), trained_gpt, tmp_path / "hf", "hf")
+    assert all(p.is_file() for p in export_outputs(out))
+    hf = OpenAIGPTLMHeadModel.from_pretrained(out).eval()
+    ours, _ = load_pretrained(trained_gpt)
+    idx = torch.randint(0, ours.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(hf(idx).logits, ours(idx)[0], atol=1e-5)
+        back, meta = load_pretrained(out)  # an HF folder loads too
+        assert torch.allclose(back(idx)[0], ours(idx)[0], atol=1e-6) and meta["kind"] == "gpt"
+
+
+def test_lstm_trains_and_refuses_hf_export(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+    from gpt1.hf import export_stage
+
+    cfg = tiny_config("pretrain.max_steps=4", "pretrain.snapshots=2")
+    metrics = pretrain_stage(cfg, "lstm", tiny_data.ids, tiny_data.tokenizer, tmp_path / "lstm")
+    assert metrics["steps"] == 4 and math.isfinite(metrics["val_loss"])
+    model, meta = load_pretrained(tmp_path / "lstm")
+    assert isinstance(model, LSTMLM) and meta["kind"] == "lstm"
+    with pytest.raises(Gpt1Error, match="no OpenAIGPT counterpart"):
+        export_stage(cfg, tmp_path / "lstm", tmp_path / "hf", "hf")
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+
+def _copy_ids(data: TinyData, dest: Path) -> Path:
+    shutil.copytree(data.ids, dest)
+    return dest
+
+
+def _edit_header(path: Path, **changes: object) -> None:
+    header = json.loads(path.read_text())
+    header.update(changes)
+    path.write_text(json.dumps(header))
+
+
+def test_tokenizer_mismatch_is_refused_before_training(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+    ids = _copy_ids(tiny_data, tmp_path / "ids")
+    _edit_header(ids / "train.json", tokenizer_sha256="0" * 64)
+    with pytest.raises(Gpt1Error, match=r"train\.json: encoded with tokenizer 000000000000"):
+        pretrain_stage(tiny_config(), "gpt", ids, tiny_data.tokenizer, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_vocabulary_larger_than_the_model_is_refused(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+    ids = _copy_ids(tiny_data, tmp_path / "ids")
+    _edit_header(ids / "validation.json", vocab_size=60_000)
+    with pytest.raises(Gpt1Error, match=r"validation\.bin: header vocab_size 60000 exceeds the model's"):
+        pretrain_stage(tiny_config(), "gpt", ids, tiny_data.tokenizer, tmp_path / "out")
+
+
+def test_ids_shorter_than_one_window_are_refused(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+    import numpy as np
+
+    ids = _copy_ids(tiny_data, tmp_path / "ids")
+    short = np.fromfile(ids / "validation.bin", dtype=np.uint16)[:10]
+    short.tofile(ids / "validation.bin")
+    _edit_header(ids / "validation.json", tokens=10)
+    with pytest.raises(Gpt1Error, match=r"validation\.bin: 10 tokens, fewer than one window of model\.n_ctx \+ 1 = 17"):
+        pretrain_stage(tiny_config(), "gpt", ids, tiny_data.tokenizer, tmp_path / "out")
+
+
+def test_invalid_model_config_is_refused(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+    with pytest.raises(Gpt1Error, match=r"pretrain\.snapshots=20 .* has 12"):
+        pretrain_stage(tiny_config("pretrain.snapshots=20"), "gpt", tiny_data.ids, tiny_data.tokenizer, tmp_path)
+    with pytest.raises(Gpt1Error, match="--model 'rnn'"):
+        pretrain_stage(tiny_config(), "rnn", tiny_data.ids, tiny_data.tokenizer, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ NaN, checkpoints
+
+
+@pytest.fixture
+def nan_stopped_run(tiny_data: TinyData, tmp_path: Path, mlflow_env: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run whose 6th update gets a NaN loss: it stops with the step named, the checkpoint of step 4 stays."""
+    original = GPT.forward
+    calls = {"train": 0}
+
+    def poisoned(self, idx, targets=None):
+        logits, loss = original(self, idx, targets)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] == 6:
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    out = tmp_path / "out"
+    with pytest.raises(Gpt1Error, match=r"step 6: the training loss is nan.*checkpoint \(step 4\) is kept"):
+        pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, out)
+    monkeypatch.setattr(GPT, "forward", original)
+    return out
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(nan_stopped_run: Path) -> None:
+    pointer = json.loads((nan_stopped_run / RESUME_DIR / LATEST).read_text())
+    assert pointer["step"] == 4
+    assert not (nan_stopped_run / "model.safetensors").exists() and not (nan_stopped_run / "metrics.json").exists()
+
+
+def test_resume_in_process_finishes_like_an_uninterrupted_run(
+    nan_stopped_run: Path, tiny_data: TinyData, one_thread: None, tmp_path: Path
+) -> None:
+    # The uninterrupted reference is made with one thread too (the session's run may have used more).
+    reference = tmp_path / "reference"
+    pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, reference)
+    fresh = tmp_path / "fresh"  # the NaN run was made with the session's threads; redo it single-threaded
+    shutil.copytree(nan_stopped_run, fresh)
+    metrics = pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, fresh)
+    assert metrics["steps"] == 12 and not (fresh / RESUME_DIR).exists()
+    for resumed, straight in zip(read_curves(fresh), read_curves(reference), strict=True):
+        assert resumed == pytest.approx(straight, rel=1e-5)
+
+
+@pytest.mark.parametrize(("override", "key", "old", "new"), [
+    ("pretrain.lr=0.002", "pretrain.lr", "0.001", "0.002"),
+    ("model.n_embd=32", "model.n_embd", "16", "32"),
+])  # fmt: skip
+def test_checkpoint_of_other_settings_is_refused(
+    nan_stopped_run: Path, tiny_data: TinyData, override: str, key: str, old: str, new: str
+) -> None:
+    with pytest.raises(Gpt1Error, match=rf"made with {key}={old}, this run has {key}={new}"):
+        pretrain_stage(tiny_config(override), "gpt", tiny_data.ids, tiny_data.tokenizer, nan_stopped_run)
+    assert (nan_stopped_run / RESUME_DIR / LATEST).is_file()  # refused, not deleted
+
+
+@pytest.mark.parametrize("damage", ["truncate-weights", "truncate-state", "flip-state", "garble-pointer"])
+def test_truncated_or_corrupt_checkpoint_is_refused(nan_stopped_run: Path, tiny_data: TinyData, damage: str) -> None:
+    resume = nan_stopped_run / RESUME_DIR
+    pointer = json.loads((resume / LATEST).read_text())
+    if damage == "garble-pointer":
+        (resume / LATEST).write_text('{"step": 4, "sett')
+    else:
+        path = resume / pointer["weights" if damage == "truncate-weights" else "state"]["name"]
+        data = bytearray(path.read_bytes())
+        if damage.startswith("truncate"):
+            data = data[: len(data) // 2]
+        else:
+            data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    expected = {"truncate-weights": "truncated", "truncate-state": "truncated", "flip-state": "sha256 differs",
+                "garble-pointer": "not valid JSON"}[damage]
+    with pytest.raises(Gpt1Error, match=expected):
+        pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, nan_stopped_run)
+
+
+# ------------------------------------------------------------------------------------------------ subprocesses
+
+
+LONG = ["pretrain.max_steps=400", "pretrain.checkpoint_every=20", "pretrain.eval_every=100"]
+
+
+@pytest.mark.slow
+def test_resume_after_kill_9_is_bit_identical(
+    tiny_data: TinyData, subprocess_env: dict[str, str], tmp_path: Path, mlflow_env: str, one_thread: None
+) -> None:
+    out = tmp_path / "killed"
+    args = pretrain_args(tiny_data, out, *LONG)
+    child = subprocess.Popen(gpt1_command(*args), env=subprocess_env, cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / RESUME_DIR / LATEST).exists():
+            assert child.poll() is None, f"finished before its first checkpoint: {child.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert not (out / "model.safetensors").exists()  # a killed run leaves nothing that looks finished
+    resumed = run_cli(subprocess_env, args)  # the same command again
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    step = int(resumed.stdout.split("resuming from the checkpoint at step ")[1].split()[0])
+    assert 0 < step < 400
+    reference = tmp_path / "uninterrupted"
+    pretrain_stage(tiny_config(*LONG), "gpt", tiny_data.ids, tiny_data.tokenizer, reference)
+    assert_bit_equal(weights(out / "model.safetensors"), weights(reference / "model.safetensors"))
+    for i in range(3):
+        name = f"snapshots/{i:02d}.safetensors"
+        assert_bit_equal(weights(out / name), weights(reference / name))
+    assert read_curves(out) == read_curves(reference)
+    assert {p for p in out.rglob("*") if p.is_file()} == set(declared_outputs(out, 3))
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_one_process(
+    tiny_data: TinyData, subprocess_env: dict[str, str], tmp_path: Path, mlflow_env: str, one_thread: None
+) -> None:
+    # Global batch 8 = 2 processes x 2 micro-steps x 2 sequences, or 1 process x 4 micro-steps x 2 sequences.
+    batch = ["pretrain.batch_size=8", "pretrain.micro_batch_size=2"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    ddp = run_cli(subprocess_env, pretrain_args(tiny_data, tmp_path / "ddp", *batch), launcher=torchrun)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    single = tmp_path / "single"
+    pretrain_stage(tiny_config(*batch), "gpt", tiny_data.ids, tiny_data.tokenizer, single)
+    a, b = read_curves(tmp_path / "ddp"), read_curves(single)
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b, strict=True):
+        for key in ("train_loss", "val_loss"):
+            assert ra[key] == pytest.approx(rb[key], rel=1e-5, abs=1e-6), (ra["step"], key)
+    wa, wb = weights(tmp_path / "ddp" / "model.safetensors"), weights(single / "model.safetensors")
+    for key in wa:
+        assert torch.allclose(wa[key], wb[key], atol=1e-5), key
+    assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["world_size"] == 2

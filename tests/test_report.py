@@ -1,0 +1,502 @@
+"""gpt1.report: Tables 2-5 beside the paper, Figure 2, summary.json and the MLflow grouping, on fake results trees
+written in the exact schemas of gpt1.finetune, gpt1.layers, gpt1.zeroshot and gpt1.pretrain."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import PARAMS
+
+from gpt1.config import Config, load_config
+from gpt1.errors import Gpt1Error
+from gpt1.metrics import glue_average
+from gpt1.report import (
+    FIGURES,
+    SUMMARY_FILE,
+    TABLES,
+    Plan,
+    ReportError,
+    build_report,
+    declared_outputs,
+    load_paper,
+    paper_average,
+    read_finetune_metrics,
+    render_report,
+    round_half_up,
+)
+from gpt1.tasks import Cut, evaluation_split, get_task
+
+PAPER = load_paper()
+MNLI_CUT = Cut("validation_matched", 0.0, 0.8, 0)
+
+
+# ---------------------------------------------------------------------------------------------------- fake results
+
+
+def config(**lists: Any) -> Config:
+    """The repository's params.yaml (smoke profile) with some top-level lists replaced."""
+    cfg = load_config(PARAMS, "smoke")
+    return dataclasses.replace(cfg, root={**cfg.root, **lists})
+
+
+def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str, float]] | None = None,
+                 cut: Cut | None = None, default: float = 0.5) -> dict[str, Any]:
+    """A metrics.json as gpt1.finetune.build_metrics writes it; `values` {report: {metric: fraction}}."""
+    spec = get_task(task)
+    reports = {}
+    for report in spec.reports:
+        split = evaluation_split(spec, report)
+        rest = Cut(cut.split, cut.end_fraction, 1.0, cut.seed) if cut and cut.split == split else None
+        evaluated_on = str(rest) if rest else split
+        metrics = {m: (values or {}).get(report.name, {}).get(m, default) for m in spec.metrics}
+        reports[report.name] = {
+            "metrics": metrics, "paper_metric": spec.paper_metric, "split": split, "evaluated_on": evaluated_on,
+            "complement_of_train_cut": rest is not None, "paper_split": report.test,
+            "is_paper_split": split == report.test, "configs": list(report.configs or spec.configs),
+            "counts": {"train": 800, "eval": 200, "rows_read": 250, "unlabelled_dropped": 0, "capped": 50,
+                       "truncated": 3},
+            "description": f"{evaluated_on}, 200 of 250 rows (fake)",
+        }
+    train_cut = None if cut is None else {"split": cut.split, "fraction": cut.end_fraction, "seed": cut.seed,
+                                          "description": str(cut)}
+    return {
+        "task": task, "kind": spec.kind, "variant": variant, "seed": seed, "transfer_layers": None,
+        "reports": reports,
+        "train": {"split": cut.split if cut else "train", "cut": train_cut, "examples": 800, "rows_read": 1000,
+                  "unlabelled_dropped": 0, "capped": 200, "truncated": 2, "selection_slice": 0,
+                  "description": f"{cut or 'train'}, 800 of 1000 rows (fake)"},
+        "train_metrics": {"accuracy": 0.9}, "train_metrics_examples": 800, "train_accuracy": 0.9,
+        "selection": None, "epochs": 3, "updates": 150, "warmup_updates": 3,
+        "lm_weight": 0.0 if variant == "no_aux" else 0.5, "recipe": {}, "final_loss": 0.3, "tokens": 10_000,
+        "train_seconds": 1.0, "tokens_per_second": 10_000.0, "wall_seconds": 2.0,
+        "model": {"kind": "lstm" if variant == "lstm" else "gpt", "init": "checkpoint", "config": {},
+                  "source": "fake", "pretrain_step": 1500, "pretrain_tokens": 6_000_000, "parameters": 1000},
+        "transfer": None, "tokenizer": {"source": "fake", "sha256": "0" * 64, "n_ctx": 128},
+        "data": {"source": "fake", "data_seed": 0},
+    }
+
+
+def write_metrics(results: Path, task: str, variant: str, seed: int, **kwargs: Any) -> Path:
+    path = results / "finetune" / task / variant / str(seed) / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics_json(task, variant, seed, **kwargs), indent=2))
+    return path
+
+
+def write_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def paper_like(task: str, variant: str, rng: np.random.Generator) -> dict[str, dict[str, float]]:
+    """Scores near the paper's (lower without pre-training), for every metric of the task."""
+    spec = get_task(task)
+    drop = {"pretrained": 0.0, "no_aux": 0.01, "lstm": 0.06, "scratch": 0.15}[variant]
+    return {r.name: {m: float(np.clip(rng.normal(0.7 - drop, 0.02), 0, 1)) for m in spec.metrics}
+            for r in spec.reports}
+
+
+def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int = 12) -> None:
+    """Figure inputs shaped like the paper's: accuracy rising with layers, zero-shot rising with updates."""
+    rng = np.random.default_rng(0)
+    for task, (low, high, split) in {"mnli": (0.38, 0.81, "validation_matched"),
+                                     "race": (0.30, 0.59, "validation")}.items():
+        for seed in seeds:
+            rows = []
+            for k in range(n_layer + 1):
+                dev = low + (high - low) * (1 - math.exp(-k / 4)) / (1 - math.exp(-n_layer / 4))
+                dev += rng.normal(0, 0.006)
+                rows.append({"layers": k, "train_accuracy": min(dev + 0.08 + 0.004 * k, 1.0), "dev_accuracy": dev,
+                             "dev_split": split})
+            write_csv(results / "analyses" / "layers" / task / str(seed) / "layers.csv",
+                      ["layers", "train_accuracy", "dev_accuracy", "dev_split"], rows)
+    steps = [1, 4, 16, 64, 256, 1024, 1500]
+    for model, scale in (("gpt", 1.0), ("lstm", 0.55)):
+        rows = []
+        for step in steps:
+            grow = math.log(step + 1) / math.log(1501)
+            for task, top in {"cola": 0.35, "sst2": 0.75, "race": 0.3, "dprd": 0.25}.items():
+                value = scale * top * grow + rng.normal(0, 0.02)
+                rows.append({"model": model, "step": step, "task": task, "metric": "mcc" if task == "cola"
+                             else "accuracy", "raw": value, "normalised": value})
+        write_csv(results / "analyses" / "zeroshot" / model / "zeroshot.csv",
+                  ["model", "step", "task", "metric", "raw", "normalised"], rows)
+        curve = []
+        for step in range(100, 1501, 100):
+            loss = (4.2 if model == "gpt" else 4.6) + 4.0 * math.exp(-step / 300)
+            curve.append({"step": step, "tokens": step * 4096, "lr": 1e-4, "train_loss": loss + 0.05,
+                          "val_loss": loss, "val_perplexity": math.exp(loss)})
+        write_csv(results / "pretrain" / model / "curves.csv",
+                  ["step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity"], curve)
+
+
+def write_everything(results: Path, cfg: Config) -> None:
+    """Every file params asks for, with MNLI trained on a cut as in the default profile."""
+    rng = np.random.default_rng(1)
+    root = cfg.root
+    runs = [(t, v) for t in root["finetune_tasks"] for v in root["finetune_variants"]]
+    runs += [(t, v) for t in root["ablation_tasks"] for v in ("no_aux", "lstm")]
+    for task, variant in runs:
+        for seed in root["seeds"]:
+            write_metrics(results, task, variant, seed, values=paper_like(task, variant, rng),
+                          cut=MNLI_CUT if task == "mnli" else None)
+    write_analyses(results, tuple(root["seeds"]))
+
+
+def cells(out: Path, table: str) -> dict[tuple[str, str], dict[str, str]]:
+    """table.csv as {(method, column): row}."""
+    rows = csv.DictReader(io.StringIO((out / "tables" / f"{table}.csv").read_text()))
+    return {(r["method"], r["column"]): r for r in rows}
+
+
+# ---------------------------------------------------------------------------------------------------- the paper
+
+
+def test_rounding_is_half_up_like_the_paper() -> None:
+    assert round_half_up(81.75) == 81.8  # Table 5's MNLI: mean of 82.1 and 81.4
+    assert round_half_up(74.65) == 74.7  # round(74.65, 1) is 74.6 (half to even on the binary value)
+    assert round_half_up(100 * 0.8175) == 81.8
+    assert round_half_up(-2.85) == -2.9
+
+
+def test_paper_averages_recomputed_from_its_own_columns() -> None:
+    """Table 5's Avg is the unweighted mean of its 8 printed columns: true for three rows. The LSTM row prints 69.1,
+    but (30.3 + 90.5 + 83.2 + 71.8 + 68.1 + 73.7 + 81.1 + 54.6) / 8 = 553.3 / 8 = 69.1625, i.e. 69.2."""
+    rows = {r["variant"]: r for r in PAPER["tables"]["table5"]["rows"]}
+    recomputed = {v: round_half_up(float(paper_average(r["values"].values()))) for v, r in rows.items()}
+    assert recomputed == {"pretrained": 74.7, "scratch": 59.9, "no_aux": 75.0, "lstm": 69.2}
+    assert {v: r["avg"] for v, r in rows.items()} == {"pretrained": 74.7, "scratch": 59.9, "no_aux": 75.0,
+                                                      "lstm": 69.1}
+    assert paper_average(rows["lstm"]["values"].values()) == Decimal("69.1625")
+    assert paper_average(rows["pretrained"]["values"].values()) == Decimal("74.65")  # half up: 74.7
+    assert PAPER["tables"]["table2"]["rows"][-1]["values"]["mnli_m"] == 82.1  # MNLI of Table 5: (82.1+81.4)/2
+
+
+def test_table5_keeps_the_paper_average_and_footnotes_the_lstm_discrepancy(tmp_path: Path) -> None:
+    render_report(config(), tmp_path / "results", tmp_path / "out")  # no results at all: the paper's rows only
+    table = cells(tmp_path / "out", "table5")
+    printed = {m.removeprefix("paper: "): r["value"] for (m, c), r in table.items() if c == "avg" and
+               m.startswith("paper: ")}
+    assert printed == {"Transformer w/ aux LM (full)": "74.7", "Transformer w/o pre-training": "59.9",
+                       "Transformer w/o aux LM": "75.0", "LSTM w/ aux LM": "69.1"}
+    lstm = table[("paper: LSTM w/ aux LM", "avg")]["notes"]
+    assert "69.1625" in lstm and "69.2 when rounded" in lstm and "prints Avg 69.1" in lstm
+    assert table[("paper: Transformer w/ aux LM (full)", "avg")]["notes"] == ""  # consistent: no footnote
+    markdown = (tmp_path / "out" / "tables" / "table5.md").read_text()
+    assert "| paper: LSTM w/ aux LM | 30.3 | 90.5 | 83.2 | 71.8 | 68.1 | 73.7 | 81.1 | 54.6 | 69.1 [" in markdown
+
+
+# ---------------------------------------------------------------------------------------------------- cells
+
+
+def test_cells_show_mean_sd_paper_and_difference_over_two_seeds(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    for seed, (m, mm) in enumerate([(0.80, 0.78), (0.82, 0.79)]):
+        write_metrics(results, "mnli", "pretrained", seed, values={"mnli_m": {"accuracy": m},
+                                                                   "mnli_mm": {"accuracy": mm}}, cut=MNLI_CUT)
+    render_report(config(seeds=[0, 1]), results, out)
+    cell = cells(out, "table2")[("ours (pretrained)", "mnli_m")]
+    # mean 81.0, sample sd 1.414; the paper 82.1; Δ = 81.0 - 82.1
+    assert (cell["value"], cell["sd"], cell["seeds"], cell["paper"], cell["diff"]) == ("81.0", "1.4", "0 1",
+                                                                                       "82.1", "-1.1")
+    assert cell["text"] == "81.0 ± 1.4 (paper 82.1, Δ -1.1)"
+    assert float(cell["value_exact"]) == pytest.approx(81.0)
+    # Table 5's MNLI is the mean of matched and mismatched: seeds 79.0 and 80.5, mean 79.75 -> 79.8 (half up)
+    table5 = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "mnli")]
+    assert (table5["value"], table5["paper"], table5["diff"]) == ("79.8", "81.8", "-2.0")
+    markdown = (out / "tables" / "table2.md").read_text()
+    assert "81.0 ± 1.4 (paper 82.1, Δ -1.1) [" in markdown
+
+
+def test_footnotes_name_the_split_the_cut_and_the_glue_server(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_metrics(results, "mnli", "pretrained", 0, cut=MNLI_CUT)
+    write_metrics(results, "snli", "pretrained", 0)
+    render_report(config(), results, out)
+    notes = cells(out, "table2")[("ours (pretrained)", "mnli_m")]["notes"]
+    assert "mnli_m: evaluated on validation_matched[80%:100%] (shuffled, seed 0) (200 examples); the paper: " \
+           "test_matched (GLUE server)" in notes
+    assert "mnli: fine-tuned on the cut validation_matched[0%:80%] (shuffled, seed 0)" in notes
+    # The mismatched report is scored on a whole split: no cut of it was trained on.
+    assert "evaluated on validation_mismatched (200 examples)" in cells(out, "table2")[("ours (pretrained)",
+                                                                                         "mnli_mm")]["notes"]
+    # SNLI's test labels are public: scored on the paper's own split.
+    assert "snli: evaluated on test (200 examples); the paper's split" in \
+        cells(out, "table2")[("ours (pretrained)", "snli")]["notes"]
+    for name in ("table2", "table4"):
+        markdown = (out / "tables" / f"{name}.md").read_text()
+        assert "GLUE test-server scores, which cannot be computed offline" in markdown
+        assert "QNLI has been re-released since" in markdown
+    assert "test-server" not in (out / "tables" / "table3.md").read_text()
+    table5 = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "mnli")]["notes"]
+    assert "mnli_m: evaluated on validation_matched[80%:100%]" in table5 and "the paper:" not in table5  # dev sets
+    latex = (out / "tables" / "table2.tex").read_text()
+    assert r"validation\_matched[80\%:100\%]" in latex and r"\begin{tabular}" in latex
+    ours = next(line for line in latex.splitlines() if line.startswith(r"\textit{ours (pretrained)}"))
+    assert r"(paper 82.1, $\Delta$ " in ours and r"$\pm$" not in ours  # one seed: no spread
+
+
+def test_table4_glue_column_is_our_glue_style_average_over_the_tasks_we_have(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    scores = {"cola": {"cola": {"mcc": 0.30, "accuracy": 0.7}}, "sst2": {"sst2": {"accuracy": 0.88}},
+              "mrpc": {"mrpc": {"f1": 0.80, "accuracy": 0.70}}}
+    for task, values in scores.items():
+        write_metrics(results, task, "pretrained", 0, values=values)
+    render_report(config(), results, out)
+    cell = cells(out, "table4")[("ours (pretrained)", "glue")]
+    expected = 100 * glue_average({r: m for v in scores.values() for r, m in v.items()}, ["cola", "sst2", "mrpc"])
+    assert float(cell["value_exact"]) == pytest.approx(expected)  # (30 + 88 + 75) / 3
+    assert cell["paper"] == "72.8" and cell["diff"] == ""  # not the leaderboard score: no difference
+    assert "GLUE-style average over the tasks we have (cola, sst2, mrpc; missing: qqp, stsb, mnli, qnli, rte)" \
+        in cell["notes"]
+    summary = json.loads((out / "tables" / SUMMARY_FILE).read_text())
+    assert summary["table4.glue_average.pretrained"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_table5_average_is_the_mean_of_the_eight_columns(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0, 1])
+    write_everything(results, cfg)
+    render_report(cfg, results, out)
+    table = cells(out, "table5")
+    for variant, method in (("pretrained", "Transformer w/ aux LM (full)"), ("lstm", "LSTM w/ aux LM")):
+        columns = [float(table[(f"ours: {method}", c)]["value_exact"]) for c in
+                   ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")]
+        avg = table[(f"ours: {method}", "avg")]
+        assert float(avg["value_exact"]) == pytest.approx(np.mean(columns), abs=1e-3)
+        assert avg["seeds"] == "0 1" and avg["sd"] != ""
+        summary = json.loads((out / "tables" / SUMMARY_FILE).read_text())
+        assert summary[f"table5.{variant}.avg"] == pytest.approx(float(avg["value_exact"]), abs=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------------- gaps
+
+
+def test_a_missing_file_is_a_gap_with_a_footnote_never_a_crash(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_metrics(results, "mnli", "pretrained", 0, cut=MNLI_CUT)  # seed 1 of mnli was never run
+    cfg = config(seeds=[0, 1], ablation_tasks=["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "rte"])
+    render_report(cfg, results, out)
+    table2 = cells(out, "table2")
+    mnli = table2[("ours (pretrained)", "mnli_m")]
+    assert mnli["value"] != "" and mnli["seeds"] == "0"  # the seed present still counts
+    missing = results / "finetune" / "mnli" / "pretrained" / "1" / "metrics.json"
+    assert f"{missing}: missing; not produced yet (run gpt1 finetune --task mnli --variant pretrained --seed SEED)" \
+        in mnli["notes"]
+    rte = table2[("ours (no pre-training)", "rte")]  # both seeds missing: one footnote
+    assert rte["text"] == "—" and rte["notes"].startswith(f"{results}/finetune/rte/scratch/{{0,1}}/metrics.json: "
+                                                          "missing; not produced yet")
+    qnli = cells(out, "table5")[("ours: Transformer w/o aux LM", "qnli")]
+    assert qnli["text"] == "—"
+    assert "the no_aux ablation runs on params.yaml ablation_tasks only, and qnli is not one" in qnli["notes"]
+    avg = cells(out, "table5")[("ours: Transformer w/o aux LM", "avg")]
+    assert avg["text"] == "—" and "missing columns: cola, sst2" in avg["notes"]
+    markdown = (out / "tables" / "table2.md").read_text()
+    number = next(line.split(".")[0] for line in markdown.splitlines() if "rte/scratch/{0,1}/metrics" in line)
+    assert f"— [{number}]" in markdown  # the gap points at its footnote
+    figure_gaps = json.loads((out / "tables" / SUMMARY_FILE).read_text())["report.gaps"]
+    assert figure_gaps > 0
+
+
+def test_scratch_not_in_params_is_explained(tmp_path: Path) -> None:
+    render_report(config(finetune_variants=["pretrained"]), tmp_path / "results", tmp_path / "out")
+    notes = cells(tmp_path / "out", "table3")[("ours (no pre-training)", "race")]["notes"]
+    assert "variant scratch is not in params.yaml finetune_variants" in notes
+
+
+# ---------------------------------------------------------------------------------------------------- malformed
+
+
+def _corrupt(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        data = data[key]
+    if value is KeyError:
+        del data[last]
+    else:
+        data[last] = value
+
+
+@pytest.mark.parametrize(("where", "value", "key"), [
+    ("reports.mnli_mm", KeyError, "reports.mnli_mm"),
+    ("reports.mnli_m.metrics.accuracy", "0.8", "reports.mnli_m.metrics.accuracy"),
+    ("reports.mnli_m.metrics.accuracy", float("nan"), "reports.mnli_m.metrics.accuracy"),
+    ("reports.mnli_m.evaluated_on", KeyError, "reports.mnli_m.evaluated_on"),
+    ("reports.mnli_m.counts.eval", 2.5, "reports.mnli_m.counts.eval"),
+    ("seed", "0", "seed"),
+    ("variant", "scratch", "variant"),
+    ("train.cut", "validation", "train.cut"),
+    ("reports", [], "reports"),
+])  # fmt: skip
+def test_a_malformed_file_fails_loudly_naming_file_and_key(tmp_path: Path, where: str, value: Any, key: str) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    data = metrics_json("mnli", "pretrained", 0, cut=MNLI_CUT)
+    _corrupt(data, where, value)
+    path = results / "finetune" / "mnli" / "pretrained" / "0" / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=f"{path}: key '{key}'") as raised:
+        render_report(config(), results, out)
+    assert isinstance(raised.value, Gpt1Error)
+    assert not out.exists()  # nothing written
+
+
+def test_invalid_json_and_csv_fail_naming_the_file(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    path = results / "finetune" / "cola" / "scratch" / "0" / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"task": "cola", ')
+    with pytest.raises(ReportError, match=f"{path}: not valid JSON"):
+        render_report(config(), results, tmp_path / "out")
+    path.unlink()
+    write_analyses(results, (0,))
+    layers = results / "analyses" / "layers" / "race" / "0" / "layers.csv"
+    layers.write_text(layers.read_text().replace("validation\n", "validation\n3,0.5,high,validation\n", 1))
+    with pytest.raises(ReportError, match=rf"{layers}: row 3, column 'dev_accuracy' is 'high', expected number"):
+        render_report(config(), results, tmp_path / "out")
+    curves = results / "pretrain" / "gpt" / "curves.csv"
+    write_csv(curves, ["step", "tokens"], [{"step": 1, "tokens": 2}])
+    layers.unlink()
+    with pytest.raises(ReportError, match=f"{curves}: column 'train_loss' is missing"):
+        render_report(config(), results, tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------------- outputs
+
+
+def test_every_output_is_written_and_summary_holds_numbers_only(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0, 1])
+    write_everything(results, cfg)
+    report = render_report(cfg, results, out)
+    assert report.gaps == []
+    written = sorted(p for p in out.rglob("*") if p.is_file())
+    assert written == sorted(declared_outputs(out))  # no temporary names left behind
+    for table in TABLES:
+        assert (out / "tables" / f"{table}.md").read_text().startswith("# Table")
+        assert r"\toprule" in (out / "tables" / f"{table}.tex").read_text()
+        assert "—" not in (out / "tables" / f"{table}.md").read_text().split("Footnotes")[0]
+    for name in FIGURES:
+        assert (out / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / "figures" / f"{name}.png").stat().st_size > 10_000
+        assert "<svg" in (out / "figures" / f"{name}.svg").read_text()
+    summary = json.loads((out / "tables" / SUMMARY_FILE).read_text())
+    assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in summary.values())
+    for key in ("table5.pretrained.avg", "table4.glue_average.pretrained", "table2.scratch.mnli_m",
+                "table3.pretrained.race_h", "figure2_left.mnli.dev_accuracy", "figure2_right.lstm.dprd.normalised",
+                "pretrain.gpt.val_perplexity", "report.gaps"):
+        assert key in summary, key
+    assert summary["report.gaps"] == 0
+
+
+def test_figures_are_drawn_from_partial_inputs(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_analyses(results, (0,))
+    (results / "analyses" / "zeroshot" / "lstm" / "zeroshot.csv").unlink()
+    report = render_report(config(seeds=[0, 1]), results, out)
+    assert any("zeroshot/lstm/zeroshot.csv" in g.note for g in report.gaps)
+    assert any("layers/mnli/1/layers.csv" in g.note for g in report.gaps)
+    for name in FIGURES:
+        assert (out / "figures" / f"{name}.svg").stat().st_size > 1000
+
+
+def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, monkeypatch) -> None:
+    import gpt1.report as report
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    render_report(config(), results, out)
+    before = {p: p.read_bytes() for p in declared_outputs(out)}
+    write_metrics(results, "cola", "pretrained", 0)
+
+    def broken(analyses: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(report.FIGURE_BUILDERS, "pretraining", broken)
+    with pytest.raises(RuntimeError):
+        render_report(config(), results, out)
+    assert {p: p.read_bytes() for p in declared_outputs(out)} == before
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted(p.name for p in before)
+
+
+def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
+    """The fake metrics.json of these tests has the keys gpt1.finetune writes, and the reader accepts the real one."""
+    from conftest import tiny_config
+
+    from gpt1.finetune import finetune_run
+
+    real = finetune_run(tiny_config(), "mrpc", "pretrained", 0, trained_gpt, tiny_data.tokenizer).metrics
+    fake = metrics_json("mrpc", "pretrained", 0)
+    assert set(fake) == set(real)
+    assert set(fake["reports"]["mrpc"]) == set(real["reports"]["mrpc"])
+    assert set(fake["train"]) == set(real["train"])
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(real))
+    run = read_finetune_metrics(path, "mrpc", "pretrained", 0)
+    assert set(run.scores["mrpc"].metrics) == {"f1", "accuracy"}
+
+
+def test_plan_reads_the_lists_of_params() -> None:
+    plan = Plan.from_config(config(seeds=[3]))
+    assert plan.seeds == (3,) and "lstm" in plan.pretrain_models and plan.layer_transfer_tasks == ("mnli", "race")
+    assert plan.why_not_planned("qnli", "lstm") is None
+    assert build_report(plan, Path("/nonexistent")).summary["report.gaps"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------- MLflow
+
+
+def test_a_pipeline_id_with_a_quote_is_refused() -> None:
+    from gpt1.report import adopt_pipeline_runs
+
+    with pytest.raises(ReportError, match="GPT1_PIPELINE_RUN"):
+        adopt_pipeline_runs("run", "it's")
+    assert adopt_pipeline_runs("run", "") == []  # no pipeline invocation: nothing to group
+
+
+def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monkeypatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from gpt1.report import report_stage
+    from gpt1.tracking import PIPELINE_RUN_ENV, stage_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    cfg = config()
+    experiment = cfg.root["mlflow"]["experiment"]
+    monkeypatch.setenv(PIPELINE_RUN_ENV, "other-invocation")
+    with stage_run("pretrain", "smoke", experiment, {}) as other:
+        pass
+    monkeypatch.setenv(PIPELINE_RUN_ENV, "pipeline-42")
+    children = []
+    for stage in ("pretrain", "finetune"):
+        with stage_run(stage, "smoke", experiment, {"stage": stage}) as run:
+            children.append(run.run_id)
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_metrics(results, "sst2", "pretrained", 0, values={"sst2": {"accuracy": 0.9}})
+    done = report_stage(cfg, results, out)
+
+    client = MlflowClient(uri)
+    parent = done["run_id"]
+    assert sorted(done["children"]) == sorted(children)
+    for child in children:
+        assert client.get_run(child).data.tags["mlflow.parentRunId"] == parent
+    assert "mlflow.parentRunId" not in client.get_run(other.run_id).data.tags
+    assert "mlflow.parentRunId" not in client.get_run(parent).data.tags
+    run = client.get_run(parent)
+    assert run.info.status == "FINISHED" and run.data.tags["gpt1.stage"] == "report"
+    assert run.data.metrics["table4.pretrained.sst2"] == pytest.approx(90.0)
+    artifacts = {a.path for folder in ("tables", "figures") for a in client.list_artifacts(parent, folder)}
+    assert {"tables/table2.md", "tables/table5.tex", "tables/summary.json", "figures/figure2_left.png",
+            "figures/figure2_right.svg", "figures/pretraining.png"} <= artifacts

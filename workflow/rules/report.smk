@@ -1,0 +1,38 @@
+# The last rule: the paper's Tables 2-5 and Figure 2 beside our numbers (also in `snakemake --report report.html`).
+
+TABLES = ["table2", "table3", "table4", "table5"]
+FIGURES = ["figure2_left", "figure2_right", "pretraining"]
+
+
+rule report:
+    input:
+        code=code("report"),
+        paper="gpt1/paper.yaml",
+        finetune=[f for f in finetune_outputs() if f.endswith("metrics.json")],
+        analyses=analysis_outputs(),
+        pretrain=expand(out("pretrain", "{model}", "{file}"), model=PRETRAINED, file=["curves.csv", "metrics.json"]),
+    output:
+        tables=[
+            report(out("tables", f"{t}.csv"), caption=f"../report/{t}.rst", category="Tables", labels={"table": t})
+            for t in TABLES
+        ],
+        markdown=expand(out("tables", "{table}.{ext}"), table=TABLES, ext=["md", "tex"]),
+        summary=out("tables", "summary.json"),
+        figures=[
+            report(out("figures", f"{f}.png"), caption=f"../report/{f}.rst", category="Figures", labels={"figure": f})
+            for f in FIGURES
+        ],
+        svg=expand(out("figures", "{figure}.svg"), figure=FIGURES),
+    params:
+        profile=PROFILE,
+        results=out(),
+        out=out(),
+        lists={k: config[k] for k in ("finetune_tasks", "finetune_variants", "seeds", "pretrain_models",
+                                      "ablation_tasks", "layer_transfer_tasks")},
+    log:
+        log_file("report"),
+    conda:
+        ENV
+    shell:
+        "python -m gpt1 report --profile {params.profile} --results {params.results} --out {params.out}"
+        " 2>&1 | tee {log}"
