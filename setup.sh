@@ -12,6 +12,6 @@ command -v uv >/dev/null 2>&1 || "$python" -m pip install -q uv
 [ -x .venv/bin/python ] || uv venv -q .venv -p "$python"
 find_links=()
 [ -d "$wheels" ] && find_links=(--find-links "$wheels")
-uv pip install -q -p .venv/bin/python "${find_links[@]}" "torch==$torch_version"
-uv pip install -q -p .venv/bin/python "${find_links[@]}" -e ".[test]"
+uv pip install -q --compile-bytecode -p .venv/bin/python "${find_links[@]}" "torch==$torch_version"
+uv pip install -q --compile-bytecode -p .venv/bin/python "${find_links[@]}" -e ".[test]"
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

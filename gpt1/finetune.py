@@ -46,6 +46,7 @@ from gpt1 import metrics as metric_lib
 from gpt1.errors import Gpt1Error
 from gpt1.files import read_json, staged_outputs, write_json
 from gpt1.model import GPT, LSTMLM
+from gpt1.pretrain import autocast, resolve_precision
 from gpt1.tasks import (
     FINETUNE_TASKS,
     Cut,
@@ -517,7 +518,7 @@ def batches(part: Part, size: int, order: Sequence[int], regression: bool) -> It
 
 
 @torch.no_grad()
-def predict(model: FinetuneModel, part: Part, batch_size: int) -> np.ndarray:
+def predict(model: FinetuneModel, part: Part, batch_size: int, precision: str = "auto") -> np.ndarray:
     """Task outputs for every example of `part`, in its order; batched by length so padding costs little."""
     was_training = model.training
     model.eval()
@@ -525,7 +526,9 @@ def predict(model: FinetuneModel, part: Part, batch_size: int) -> np.ndarray:
     rows: dict[int, np.ndarray] = {}
     device = next(model.parameters()).device
     for chosen, batch in batches(part, batch_size, order, model.regression):
-        for i, row in zip(chosen, model(batch.to(device)).float().cpu().numpy(), strict=True):
+        with autocast(device, resolve_precision(precision, device)):
+            outputs = model(batch.to(device))
+        for i, row in zip(chosen, outputs.float().cpu().numpy(), strict=True):
             rows[i] = row
     model.train(was_training)
     return np.stack([rows[i] for i in range(len(part.examples))])
@@ -561,12 +564,13 @@ class Recipe:
     lm_weight: float
     weight_decay: float
     eval_batch_size: int
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU (as pre-training)
 
     @classmethod
     def from_section(cls, finetune: dict[str, Any], lm_weight: float | None) -> Recipe:
         return cls(finetune["lr"], finetune["batch_size"], finetune["epochs"], finetune["warmup_fraction"],
                    finetune["lm_weight"] if lm_weight is None else lm_weight, finetune["weight_decay"],
-                   finetune["eval_batch_size"])
+                   finetune["eval_batch_size"], finetune["precision"])
 
 
 @dataclass
@@ -607,7 +611,8 @@ class Trainer:
             tick = time.perf_counter()
             batch = cpu_batch.to(self.device)
             lr = self.scheduler.get_last_lr()[0]
-            losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
+            with autocast(self.device, resolve_precision(self.recipe.precision, self.device)):
+                losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
             if not math.isfinite(losses.total.item()):
                 raise FinetuneError(f"update {step + 1}: the loss is {losses.total.item()}; lower finetune.lr")
             losses.total.backward()
@@ -636,7 +641,7 @@ class Trainer:
             curves += rows
             tokens += seen
             if select_on is not None:
-                outputs = predict(self.model, select_on, self.recipe.eval_batch_size)
+                outputs = predict(self.model, select_on, self.recipe.eval_batch_size, self.recipe.precision)
                 value = score(spec, select_on.examples, decode(spec, outputs))[spec.paper_metric]
                 scores.append(value)
                 if best is None or value > best[0]:
@@ -774,7 +779,7 @@ def evaluate_reports(job: Job) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score every report of the task on its evaluation part; (reports block of metrics.json, prediction lines)."""
     reports, lines = {}, []
     for part in job.evals:
-        decoded = decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size))
+        decoded = decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size, job.recipe.precision))
         for report in part.reports:
             positions = report_examples(job.spec, report, part.examples)
             subset = dataclasses.replace(decoded, predictions=decoded.predictions[positions],
@@ -805,7 +810,7 @@ def train_metrics(job: Job, cap: int | None) -> tuple[dict[str, float], int]:
     if cap is not None and n > cap:
         positions = sorted(np.random.default_rng(DATA_SEED).choice(n, size=cap, replace=False).tolist())
     part = job.train.subset(positions)
-    return score(job.spec, part.examples, decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size))), \
+    return score(job.spec, part.examples, decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size, job.recipe.precision))), \
         len(positions)
 
 

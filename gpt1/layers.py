@@ -26,17 +26,29 @@ def curve_point(k: int, metrics: dict[str, Any]) -> dict[str, Any]:
             "dev_split": report["evaluated_on"]}
 
 
+def with_layer_settings(cfg: Any) -> Any:
+    """The config the layer-transfer runs use: the fine-tuning recipe, with layers.max_train_examples if set."""
+    from gpt1.config import Config, apply_overrides
+
+    cap = cfg.section("layers")["max_train_examples"]
+    if cap is None:
+        return cfg
+    return Config(apply_overrides(cfg.root, cfg.profile, [f"finetune.max_train_examples={cap}"]), cfg.profile)
+
+
 def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path):
     """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve)."""
     from gpt1.finetune import finetune_run
     from gpt1.tracking import stage_run
 
+    cfg = with_layer_settings(cfg)
     if task not in CURVE_REPORT:
         raise Gpt1Error(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
     require_files("pretrain", Path(pretrained_dir) / "model.json")
     n_layer = read_json(Path(pretrained_dir) / "model.json")["config"]["n_layer"]
     runs, points = {}, []
-    params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune")}
+    params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
+              "layers": cfg.section("layers")}
     with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
         for k in range(n_layer + 1):

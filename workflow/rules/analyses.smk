@@ -51,6 +51,7 @@ rule layers:
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("json"),
         finetune=SETTINGS["finetune"],
+        layers=SETTINGS["layers"],
     threads: workflow.cores
     resources:
         mem_mb=4000,

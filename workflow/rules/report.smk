@@ -25,8 +25,9 @@ rule report:
         svg=expand(out("figures", "{figure}.svg"), figure=FIGURES),
     params:
         profile=PROFILE,
-        results=out(),
-        out=out(),
+        # results/<profile>: the folder holding tables/ (the report writes there and reads what is beside it)
+        results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.summary)),
+        out=lambda wildcards, output: os.path.dirname(os.path.dirname(output.summary)),
         lists={k: config[k] for k in ("finetune_tasks", "finetune_variants", "seeds", "pretrain_models",
                                       "ablation_tasks", "layer_transfer_tasks")},
     log:
