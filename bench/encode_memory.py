@@ -9,6 +9,7 @@ interleaved A B A B, sampling the resident memory of the whole process tree ever
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -30,10 +31,8 @@ encode_split(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.a
 def tree_rss(process: psutil.Process) -> int:
     total = 0
     for proc in [process, *process.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 

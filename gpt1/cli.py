@@ -11,7 +11,8 @@ from pathlib import Path
 from gpt1.config import ConfigError, load_config
 from gpt1.errors import Gpt1Error
 
-EPILOG = "Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, e.g. --set bpe.merges=500."
+EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
+          "e.g. --set bpe.merges=500.")
 
 
 def default_workers() -> int:
@@ -31,7 +32,8 @@ def _stage(sub, name: str, help_text: str, call: Callable, *dirs: tuple[str, str
     _common(parser)
     for flag, what in dirs:
         parser.add_argument(flag, type=Path, required=True, help=what)
-    parser.add_argument("--workers", type=int, default=None, help="processes to use (default: GPT1_WORKERS or all cores)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes to use (default: GPT1_WORKERS or all cores)")
     parser.set_defaults(call=call)
 
 

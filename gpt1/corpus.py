@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import random
 import re
@@ -119,19 +120,18 @@ def clean(raw: Path, corpus: dict[str, Any], outputs: dict[str, Path], manifest:
 def _split(kept: Path, held_out: set[int], outputs: dict[str, Path], manifest: Path, counts: dict[str, int]):
     stats = {split: {"documents": 0, "text_bytes": 0} for split in SPLITS}
     with staged_outputs(*(outputs[s] for s in SPLITS), manifest) as temps:
-        handles = {s: open(t, "w", encoding="utf-8") for s, t in zip(SPLITS, temps, strict=False)}
-        try:
+        with contextlib.ExitStack() as stack:
+            handles = {s: stack.enter_context(open(t, "w", encoding="utf-8"))
+                       for s, t in zip(SPLITS, temps, strict=False)}
             for index, doc in enumerate(read_jsonl(kept)):
                 split = "validation" if index in held_out else "train"
                 write_jsonl_line(handles[split], doc)
                 stats[split]["documents"] += 1
                 stats[split]["text_bytes"] += len(doc["text"].encode())
-        finally:
-            for handle in handles.values():
-                handle.close()
         for split, temp in zip(SPLITS, temps, strict=False):
             stats[split]["sha256"] = sha256_file(temp)
-        info = {"dropped_empty": counts["empty"], "dropped_duplicate": counts["duplicate"], "raw_documents": counts["raw"]}
+        info = {"dropped_empty": counts["empty"], "dropped_duplicate": counts["duplicate"],
+                "raw_documents": counts["raw"]}
         info.update(stats)
         write_json(temps[-1], info)
     return info

@@ -61,7 +61,8 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as err:
-                raise Gpt1Error(f"{path}:{number}: not a JSON line ({err.msg}); re-run the stage that wrote it") from err
+                message = f"{path}:{number}: not a JSON line ({err.msg}); re-run the stage that wrote it"
+                raise Gpt1Error(message) from err
 
 
 def sha256_file(path: str | Path, block: int = 1 << 20) -> str:

@@ -810,7 +810,8 @@ def train_metrics(job: Job, cap: int | None) -> tuple[dict[str, float], int]:
     if cap is not None and n > cap:
         positions = sorted(np.random.default_rng(DATA_SEED).choice(n, size=cap, replace=False).tolist())
     part = job.train.subset(positions)
-    return score(job.spec, part.examples, decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size, job.recipe.precision))), \
+    outputs = predict(job.model, part, job.recipe.eval_batch_size, job.recipe.precision)
+    return score(job.spec, part.examples, decode(job.spec, outputs)), \
         len(positions)
 
 

@@ -127,9 +127,8 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     """`gpt1 encode`: CORPUS/{train,validation}.jsonl -> OUT/{split}.bin + OUT/{split}.json."""
     import time
 
-    from gpt1.tracking import stage_run
-
     from gpt1.files import require_files
+    from gpt1.tracking import stage_run
 
     require_files("clean", *(corpus_dir / f"{split}.jsonl" for split in ("train", "validation")))
     GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
@@ -141,7 +140,8 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
             header = encode_split(tokenizer_dir, corpus_dir / f"{split}.jsonl", out / f"{split}.bin",
                                   out / f"{split}.json", encode["dtype"], encode["chunk_chars"], workers)
             seconds = time.perf_counter() - start
-            run.log_metrics({f"{split}_tokens": header["tokens"], f"{split}_tokens_per_second": header["tokens"] / seconds})
+            run.log_metrics({f"{split}_tokens": header["tokens"],
+                             f"{split}_tokens_per_second": header["tokens"] / seconds})
             run.log_artifact(out / f"{split}.json")
             headers[split] = header
         run.set_tags({"gpt1.tokenizer_sha256": headers["train"]["tokenizer_sha256"]})

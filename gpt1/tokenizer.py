@@ -178,7 +178,8 @@ class GPT1Tokenizer:
         meta = json.loads((folder / META_FILE).read_text())
         tok = cls(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), meta["pretokenizer"])
         if tok.fingerprint() != meta["sha256"]:
-            raise TokenizerError(f"{folder}: {TOKENIZER_FILE} does not match the sha256 in {META_FILE}; re-run gpt1 bpe")
+            raise TokenizerError(f"{folder}: {TOKENIZER_FILE} does not match the sha256 in {META_FILE}; "
+                                 "re-run gpt1 bpe")
         return tok
 
 

@@ -25,7 +25,8 @@ def planned_jobs(root: Path, profile: str) -> list[dict]:
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
         workflow._build_dag()
         return [
-            {"rule": job.rule.name, "wildcards": [str(v) for v in job.wildcards], "input": [str(f) for f in job.input], "output": [str(f) for f in job.output],
+            {"rule": job.rule.name, "wildcards": [str(v) for v in job.wildcards],
+             "input": [str(f) for f in job.input], "output": [str(f) for f in job.output],
              "log": [str(f) for f in job.log], "shell": job.shellcmd}
             for job in workflow.dag.jobs
         ]

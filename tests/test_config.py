@@ -86,7 +86,7 @@ def test_bad_enum_lists_choices():
 def test_overrides_apply_to_the_selected_profile(tmp_path):
     cfg = load_config(REPO / "params.yaml", "smoke", ["bpe.merges=123", "corpus.max_documents=null"])
     assert cfg.p["bpe"]["merges"] == 123 and cfg.p["corpus"]["max_documents"] is None
-    with pytest.raises(ConfigError, match="bpe.merges: 'many'"):
+    with pytest.raises(ConfigError, match=r"bpe\.merges: 'many'"):
         load_config(REPO / "params.yaml", "smoke", ["bpe.merges=many"])
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         load_config(REPO / "params.yaml", "smoke", ["bpe.merges"])

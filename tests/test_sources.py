@@ -61,7 +61,7 @@ def test_missing_dataset_names_where_it_looked(mirror):
 
 
 def test_missing_column_is_named(mirror):
-    with pytest.raises(SourceError, match="missing column.s. premise; present: sentence, label"):
+    with pytest.raises(SourceError, match=r"missing column\(s\) premise; present: sentence, label"):
         load_split(REF, mirror, columns=["premise"])
 
 
@@ -85,7 +85,8 @@ def test_unmatched_file_pattern_is_an_error(tmp_path):
 
 
 def test_corpus_from_mirror_prefers_its_mirror_dataset(mirror):
-    corpus = {"source": "hub", "dataset": {"path": "org/not-mirrored", "name": None, "split": "en", "text_field": "text"},
+    corpus = {"source": "hub",
+              "dataset": {"path": "org/not-mirrored", "name": None, "split": "en", "text_field": "text"},
               "mirror_dataset": {"path": "acme/reviews", "name": "polarity", "split": "validation",
                                  "text_field": "sentence"}}
     docs = list(iter_documents(corpus, mirror))
