@@ -1,0 +1,55 @@
+"""Wall time per stage of a Snakemake run, from its log (the pipeline itself is the benchmark here).
+
+    .venv/bin/python bench/pipeline_times.py [.snakemake/log/<run>.snakemake.log]   (default: the newest log)
+
+Prints a Markdown table: per rule, the jobs, their summed wall time, and the first start and last finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+from collections import defaultdict
+from pathlib import Path
+
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+START = re.compile(r"^(?:local)?rule (\w+):$")
+JOBID = re.compile(r"^\s+jobid: (\d+)$")
+FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
+
+
+def parse(log: Path) -> dict[str, list[tuple[dt.datetime, dt.datetime]]]:
+    """rule -> [(start, end)] for every job that finished."""
+    now, rule, starts, spans = None, None, {}, defaultdict(list)
+    for line in log.read_text().splitlines():
+        if m := STAMP.match(line):
+            now = dt.datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")
+        elif m := START.match(line):
+            rule = m.group(1)
+        elif (m := JOBID.match(line)) and rule is not None:
+            starts[m.group(1)] = now
+            rule = None
+        elif m := FINISHED.match(line):
+            spans[m.group(2)].append((starts[m.group(1)], now))
+    return spans
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", nargs="?", type=Path)
+    args = parser.parse_args()
+    log = args.log or max(Path(".snakemake/log").glob("*.snakemake.log"), key=lambda p: p.stat().st_mtime)
+    spans = parse(log)
+    first = min(s for jobs in spans.values() for s, _ in jobs)
+    last = max(e for jobs in spans.values() for _, e in jobs)
+    print(f"Log: {log}\n\n| stage | jobs | wall time (sum over jobs) | from | to |\n| --- | --- | --- | --- | --- |")
+    for rule, jobs in sorted(spans.items(), key=lambda kv: min(s for s, _ in kv[1])):
+        total = sum(((e - s) for s, e in jobs), dt.timedelta())
+        start, end = min(s for s, _ in jobs), max(e for _, e in jobs)
+        print(f"| {rule} | {len(jobs)} | {total} | {start:%H:%M:%S} | {end:%H:%M:%S} |")
+    print(f"\nWhole run: {last - first} ({first:%H:%M:%S} to {last:%H:%M:%S}).")
+
+
+if __name__ == "__main__":
+    main()
