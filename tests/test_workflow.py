@@ -79,3 +79,70 @@ def test_mlflow_in_the_repo_root_lists_every_stage(smoke_run):
 def test_lint_is_clean():
     out = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True)
     assert "Congratulations, your workflow is in a good condition!" in out.stdout + out.stderr
+
+
+def test_report_rendered_every_table_and_figure(smoke_run):
+    root, _, _ = smoke_run
+    for table in ("table2", "table3", "table4", "table5"):
+        for ext in ("md", "tex", "csv"):
+            assert (root / f"results/smoke/tables/{table}.{ext}").stat().st_size > 0
+    for figure in ("figure2_left", "figure2_right", "pretraining"):
+        assert (root / f"results/smoke/figures/{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Transformer w/ aux LM (full)" in (root / "results/smoke/tables/table5.md").read_text()
+
+
+def test_dvc_metrics_and_plots_show(smoke_run):
+    root, env, _ = smoke_run
+    metrics = json.loads(run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env))
+    files = metrics["workspace"]["data"]
+    assert "results/smoke/tables/summary.json" in files
+    assert "results/smoke/pretrain/gpt/metrics.json" in files
+    plots = json.loads(run([sys.executable, "-m", "dvc", "plots", "show", "--json"], root, env))
+    assert "results/smoke/pretrain/gpt/curves.csv" in plots["data"]
+    assert any(key.endswith("figure2_left.png") for key in plots["data"])
+
+
+def test_snakemake_report_html(smoke_run, tmp_path):
+    root, env, _ = smoke_run
+    run([sys.executable, "-m", "snakemake", "--report", str(tmp_path / "report.html")], root, env)
+    html = (tmp_path / "report.html").read_text(errors="replace")
+    assert "figure2_left" in html and "table5" in html
+
+
+def test_mlflow_ui_lists_the_runs_grouped_under_the_report(smoke_run):
+    """`mlflow ui` in the repo root: its REST API lists every stage's run, the report run parent of the rest."""
+    import socket
+    import time
+    import urllib.request
+
+    root, env, _ = smoke_run
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port)],
+                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{base}/experiments/get-by-name?experiment_name=gpt1", timeout=2) as r:
+                    experiment = json.load(r)["experiment"]
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("mlflow ui did not answer within 60 s")
+        body = json.dumps({"experiment_ids": [experiment["experiment_id"]], "max_results": 1000}).encode()
+        request = urllib.request.Request(f"{base}/runs/search", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            runs = json.load(r)["runs"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    tags = [{t["key"]: t["value"] for t in run_["data"].get("tags", [])} for run_ in runs]
+    stages = {t["gpt1.stage"] for t in tags}
+    expected = {"fetch", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "finetune", "zeroshot", "layers", "report"}
+    assert expected <= stages
+    report_ids = [r["info"]["run_id"] for r, t in zip(runs, tags, strict=True) if t["gpt1.stage"] == "report"]
+    children = [t for t in tags if t.get("mlflow.parentRunId") == report_ids[-1]]
+    assert len(children) >= len(runs) - len(report_ids)
