@@ -7,11 +7,13 @@ import json
 import os
 import platform
 import statistics
+import sys
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing the package
 MIRROR = Path(os.environ.get("GPT1_DATA_MIRROR", REPO.parent / "shared" / "data"))
 
 
@@ -25,11 +27,15 @@ def median(values: list[float]) -> float:
 
 
 def novels_jsonl(out: Path, copies: int = 1, limit: int | None = None) -> Path:
-    """The mirror's Gutenberg novels, cleaned as the clean stage does, `copies` times over (a bigger corpus)."""
+    """The mirror's Gutenberg novels, cleaned as the clean stage does, `copies` times over (a bigger corpus).
+    Reuses the default profile's cleaned corpus when the pipeline has made it."""
     from gpt1.corpus import clean_text
     from gpt1.sources import DatasetRef, load_split
 
     cache = out.with_name("novels-clean.jsonl")
+    made = [REPO / "results/default/corpus" / f"{split}.jsonl" for split in ("train", "validation")]
+    if not cache.exists() and all(p.is_file() for p in made):
+        cache.write_text("".join(p.read_text() for p in made))
     if not cache.exists():
         ds = load_split(DatasetRef("books/gutenberg", "default", "train"), MIRROR, columns=["text"])
         with open(cache, "w") as handle:
