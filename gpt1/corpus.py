@@ -13,7 +13,7 @@ from typing import Any
 from tqdm import tqdm
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import read_jsonl, sha256_file, sha256_text, staged_outputs, write_json, write_jsonl_line
+from gpt1.files import pool_size, read_jsonl, sha256_file, sha256_text, staged_outputs, write_json, write_jsonl_line
 from gpt1.sources import iter_documents, source_description
 
 SPLITS = ("train", "validation")
@@ -99,7 +99,7 @@ def clean(raw: Path, corpus: dict[str, Any], outputs: dict[str, Path], manifest:
     kept_tmp = raw.with_name(f".{raw.name}.kept")
     try:
         with open(kept_tmp, "w", encoding="utf-8") as handle:
-            workers = workers if raw.stat().st_size > 4_000_000 else 1  # starting workers costs seconds
+            workers = pool_size(raw, workers)
             for doc in tqdm(_cleaned(read_jsonl(raw), workers), desc="clean", unit="doc"):
                 counts["raw"] += 1
                 if not doc["text"]:

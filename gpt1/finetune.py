@@ -918,18 +918,10 @@ def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
 
 
 def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
-    """Per-update losses to MLflow, one batched write per epoch (a write per update costs more than an update)."""
-    from mlflow.entities import Metric
-
-    from gpt1.tracking import _retry
+    """Per-update losses to MLflow, one batched write per epoch."""
 
     def log(rows: list[dict[str, float]]) -> None:
-        now = int(time.time() * 1000)
-        batch = [Metric(k, float(row[k]), now, int(row["step"])) for row in rows
-                 for k in ("loss", "clf_loss", "lm_loss", "lr")]
-        for start in range(0, len(batch), 1000):  # MLflow's cap per log_batch
-            chunk = batch[start : start + 1000]
-            _retry(lambda chunk=chunk: run.client.log_batch(run.run_id, metrics=chunk))
+        run.log_steps(({k: row[k] for k in ("loss", "clf_loss", "lm_loss", "lr")}, int(row["step"])) for row in rows)
 
     return log
 

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +40,16 @@ _HEAD = "lm_head.weight"
 # Configs
 
 
+# Our GPTConfig field -> OpenAIGPTConfig field
+_CONFIG_FIELDS = {"vocab_size": "vocab_size", "n_ctx": "n_positions", "n_embd": "n_embd", "n_layer": "n_layer",
+                  "n_head": "n_head", "embd_pdrop": "embd_pdrop", "attn_pdrop": "attn_pdrop",
+                  "resid_pdrop": "resid_pdrop", "layer_norm_eps": "layer_norm_epsilon", "init_std": "initializer_range"}
+_INT_FIELDS = {"vocab_size", "n_ctx", "n_embd", "n_layer", "n_head"}
+
+
 def hf_config_from(cfg: GPTConfig) -> OpenAIGPTConfig:
-    return OpenAIGPTConfig(
-        vocab_size=cfg.vocab_size,
-        n_positions=cfg.n_ctx,
-        n_embd=cfg.n_embd,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        afn=HF_AFN,
-        resid_pdrop=cfg.resid_pdrop,
-        embd_pdrop=cfg.embd_pdrop,
-        attn_pdrop=cfg.attn_pdrop,
-        layer_norm_epsilon=cfg.layer_norm_eps,
-        initializer_range=cfg.init_std,
-        tie_word_embeddings=True,
-    )
+    fields = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_FIELDS.items()}
+    return OpenAIGPTConfig(afn=HF_AFN, tie_word_embeddings=True, **fields)
 
 
 def gpt_config_from(hf_cfg: OpenAIGPTConfig) -> GPTConfig:
@@ -61,18 +57,8 @@ def gpt_config_from(hf_cfg: OpenAIGPTConfig) -> GPTConfig:
         raise ValueError(f"afn={hf_cfg.afn!r} is not supported: GPT uses the tanh GELU, HF afn={HF_AFN!r}")
     if getattr(hf_cfg, "tie_word_embeddings", True) is False:
         raise ValueError("tie_word_embeddings=False is not supported: GPT-1's LM head is the token embedding")
-    return GPTConfig(
-        vocab_size=hf_cfg.vocab_size,
-        n_ctx=hf_cfg.n_positions,
-        n_embd=hf_cfg.n_embd,
-        n_layer=hf_cfg.n_layer,
-        n_head=hf_cfg.n_head,
-        embd_pdrop=float(hf_cfg.embd_pdrop),
-        attn_pdrop=float(hf_cfg.attn_pdrop),
-        resid_pdrop=float(hf_cfg.resid_pdrop),
-        layer_norm_eps=float(hf_cfg.layer_norm_epsilon),
-        init_std=float(hf_cfg.initializer_range),
-    )
+    return GPTConfig(**{ours: (int if ours in _INT_FIELDS else float)(getattr(hf_cfg, hf))
+                        for ours, hf in _CONFIG_FIELDS.items()})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -126,10 +112,15 @@ def _check(sd: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], op
         raise ValueError("state dict does not match the config:\n  " + "\n  ".join(problems))
 
 
+def _rekey(sd: dict[str, torch.Tensor], key: Callable[[str], str]) -> dict[str, torch.Tensor]:
+    """Rename every key and transpose the Conv1D <-> Linear weights (the layout change is its own inverse)."""
+    return {key(k): v.t().contiguous() if _TRANSPOSED.search(k) else v for k, v in sd.items()}
+
+
 def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
     """Our `GPT.state_dict()` -> `OpenAIGPTLMHeadModel` keys and layouts (untransposed tensors may share storage)."""
     _check(sd, _our_shapes(cfg), optional={_HEAD})
-    out = {_to_hf_key(k): v.t().contiguous() if _TRANSPOSED.search(k) else v for k, v in sd.items()}
+    out = _rekey(sd, _to_hf_key)
     out[_HEAD] = out["transformer.tokens_embed.weight"]  # tied
     return out
 
@@ -143,7 +134,7 @@ def from_hf_state_dict(hf_sd: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[s
     emb = hf_sd["transformer.tokens_embed.weight"]
     if _HEAD in hf_sd and hf_sd[_HEAD] is not emb and not torch.equal(hf_sd[_HEAD], emb):
         raise ValueError(f"{_HEAD!r} differs from 'transformer.tokens_embed.weight': GPT-1's LM head must be tied")
-    out = {_from_hf_key(k): v.t().contiguous() if _TRANSPOSED.search(k) else v for k, v in hf_sd.items()}
+    out = _rekey(hf_sd, _from_hf_key)
     out[_HEAD] = out["tokens_embed.weight"]
     return out
 

@@ -16,10 +16,9 @@ from tqdm import tqdm
 
 from gpt1.config import DTYPE_MAX_VOCAB
 from gpt1.errors import Gpt1Error
-from gpt1.files import read_json, read_jsonl, sha256_file, staged_outputs, write_json
+from gpt1.files import pool_size, read_json, read_jsonl, sha256_file, staged_outputs, write_json
 from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
 
-SMALL_INPUT_BYTES = 4_000_000
 HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer")
 
 
@@ -54,7 +53,7 @@ def encode_split(
 ) -> dict[str, Any]:
     """Encode one corpus split (JSON lines of {'id', 'text'}) into `bin_out` and describe it in `header_out`."""
     tok = GPT1Tokenizer.load(tokenizer_dir)
-    workers = workers if source.stat().st_size > SMALL_INPUT_BYTES else 1  # starting workers costs seconds
+    workers = pool_size(source, workers)
     if tok.vocab_size > DTYPE_MAX_VOCAB[dtype]:
         raise IdsError(f"encode.dtype: {tok.vocab_size} tokens do not fit {dtype}; use uint32")
     counter = {"documents": 0, "chunks": 0}

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from gpt1.errors import Gpt1Error
 
@@ -72,10 +71,14 @@ def _correlation(kind: Callable, y_true: ArrayLike, y_pred: ArrayLike) -> float:
 
 
 def pearson(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    from scipy import stats  # imported here: scipy.stats costs every stage ~1 s of start-up
+
     return _correlation(stats.pearsonr, y_true, y_pred)
 
 
 def spearman(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    from scipy import stats
+
     return _correlation(stats.spearmanr, y_true, y_pred)
 
 

@@ -609,8 +609,6 @@ class MetricSink:
     One write costs ~20 ms, longer than a small update; the thread therefore sends everything queued since its last
     write as one batch (many steps, one transaction). Failures warn once and never stop training."""
 
-    BATCH = 1000  # MLflow's cap on metrics per log_batch call
-
     def __init__(self, run: Any | None) -> None:
         self.run = run
         self.queue: queue.Queue = queue.Queue()
@@ -635,16 +633,8 @@ class MetricSink:
                 return
 
     def _write(self, items: list[tuple[dict[str, float], int]]) -> None:
-        from mlflow.entities import Metric
-
-        from gpt1.tracking import _retry  # sqlite's "database is locked" back-off, shared with StageRun
-
-        now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for metrics, step in items for k, v in metrics.items()]
         try:
-            for start in range(0, len(batch), self.BATCH):
-                chunk = batch[start : start + self.BATCH]
-                _retry(lambda chunk=chunk: self.run.client.log_batch(self.run.run_id, metrics=chunk))
+            self.run.log_steps(items)
         except Exception as err:
             if not self.warned:
                 warnings.warn(f"MLflow logging failed, training goes on: {err}", stacklevel=1)

@@ -2,6 +2,7 @@
 
 Inputs (all under RESULTS = results/<profile>, only for the lists of params.yaml):
   finetune/<task>/<variant>/<seed>/metrics.json    gpt1.finetune   Tables 2-5
+  finetune/<task>/<variant>/<seed>/predictions.jsonl                Table 5's paired tests (gpt1.significance)
   analyses/layers/<task>/<seed>/layers.csv          gpt1.layers     Figure 2 (left)
   analyses/zeroshot/<model>/zeroshot.csv            gpt1.zeroshot   Figure 2 (right)
   pretrain/<model>/curves.csv                       gpt1.pretrain   pre-training curves
@@ -40,6 +41,7 @@ import yaml
 from gpt1.errors import Gpt1Error
 from gpt1.files import staged_outputs
 from gpt1.metrics import GLUE_COMPONENTS, glue_average
+from gpt1.significance import RESAMPLES, PairedTest, column_test, read_predictions
 from gpt1.tasks import REPORTED, get_task
 
 PAPER_FILE = Path(__file__).with_name("paper.yaml")
@@ -505,6 +507,8 @@ class Table:
     columns: list[Column]
     rows: list[Row]
     notes: list[str]  # table-wide notes, printed under the footnotes
+    tests: list[PairedTest] = field(default_factory=list)  # Table 5: full vs each ablation, per column
+    untested: list[str] = field(default_factory=list)  # the comparisons with no predictions to pair, and why
 
 
 def column_value(run: Run, column: Column) -> float:
@@ -614,8 +618,38 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
     return Table(name, spec["title"], columns, rows, table_notes(name, paper, plan.seeds))
 
 
-def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan) -> Table:
-    """Table 5: each paper row, our row of the same variant right under it."""
+FULL_VARIANT = "pretrained"  # Table 5's full model, which every ablation is tested against
+
+
+def _predictions(results_dir: Path, finetuned: Finetuned, task: str, variant: str) -> dict[int, dict]:
+    runs = {}
+    for seed in finetuned.of(task, variant):
+        path = finetune_path(results_dir, task, variant, seed).with_name("predictions.jsonl")
+        if path.is_file():
+            runs[seed] = read_predictions(path)
+    return runs
+
+
+def ablation_tests(results_dir: Path, columns: Sequence[Column], variants: Sequence[str],
+                   finetuned: Finetuned) -> tuple[list[PairedTest], list[str]]:
+    """Full vs each ablation on every task column (paired bootstrap over the evaluation examples both scored);
+    and a line for each comparison that has nothing to pair."""
+    tests, untested = [], []
+    for column in (c for c in columns if c.task is not None):
+        full = _predictions(results_dir, finetuned, column.task, FULL_VARIANT)
+        for variant in variants:
+            reports, metrics = zip(*column.components, strict=True)
+            test = column_test(variant, column.key, metrics[0], reports, full,
+                               _predictions(results_dir, finetuned, column.task, variant))
+            if test is None:
+                untested.append(f"{column.label}: full vs {variant} not tested, no seed has the predictions of both")
+            else:
+                tests.append(test)
+    return tests, untested
+
+
+def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> Table:
+    """Table 5: each paper row, our row of the same variant right under it; then the paired tests."""
     spec = paper["tables"]["table5"]
     columns = make_columns("table5", spec)
     tasks = [c for c in columns if c.task is not None]
@@ -629,7 +663,9 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan) -
                  for c in tasks}
         cells["avg"] = average_cell(cells, float(row["avg"]))
         rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
-    return Table("table5", spec["title"], columns, rows, table_notes("table5", paper, plan.seeds))
+    variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
+    tests, untested = ablation_tests(results_dir, columns, variants, finetuned)
+    return Table("table5", spec["title"], columns, rows, table_notes("table5", paper, plan.seeds), tests, untested)
 
 
 def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -645,8 +681,9 @@ def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(pairs))
 
 
-def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan) -> list[Table]:
-    return [*(main_table(n, paper, finetuned, plan) for n in TABLES[:3]), ablation_table(paper, finetuned, plan)]
+def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> list[Table]:
+    return [*(main_table(n, paper, finetuned, plan) for n in TABLES[:3]),
+            ablation_table(paper, finetuned, plan, results_dir)]
 
 
 # ---------------------------------------------------------------------------------------------------- rendering
@@ -670,6 +707,37 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+TESTS_TITLE = ("Paired tests: the full model minus each ablation, in percent points, and the two-sided p-value of a "
+               f"paired bootstrap over the evaluation examples both runs scored ({RESAMPLES} resamples; seeds present "
+               "in both pooled; gpt1/significance.py).")
+
+
+def tested_columns(table: Table) -> list[Column]:
+    return [c for c in table.columns if c.task is not None]
+
+
+def test_grid(table: Table) -> list[tuple[str, list[str]]]:
+    """Per ablation: its label and one 'Δ (p)' text per task column ('' where not tested)."""
+    labels = {row.variant: row.method.removeprefix("ours: ") for row in table.rows if row.source == "ours"}
+    grid = []
+    for variant in dict.fromkeys(t.variant for t in table.tests):
+        found = {t.column: t for t in table.tests if t.variant == variant}
+        grid.append((f"full vs {labels.get(variant, variant)}",
+                     [f"{found[c.key].difference:+.1f} (p {found[c.key].p_value:.3f})" if c.key in found else ""
+                      for c in tested_columns(table)]))
+    return grid
+
+
+def _markdown_tests(table: Table) -> list[str]:
+    if not table.tests and not table.untested:
+        return []
+    columns = tested_columns(table)
+    lines = ["", TESTS_TITLE, "", "| Comparison | " + " | ".join(c.label for c in columns) + " |",
+             "| --- |" + " ---: |" * len(columns)]
+    lines += [f"| {_md(label)} | " + " | ".join(texts) + " |" for label, texts in test_grid(table)]
+    return lines + [f"- {_md(line)}" for line in table.untested]
+
+
 def to_markdown(table: Table) -> str:
     numbers = number_notes(table)
     lines = [f"# {table.title}", "", "| Method | " + " | ".join(c.label for c in table.columns) + " |",
@@ -684,7 +752,7 @@ def to_markdown(table: Table) -> str:
     if numbers:
         lines += ["", "Footnotes:", ""] + [f"{n}. {_md(text)}" for text, n in numbers.items()]
     lines += ["", "Notes:", ""] + [f"- {_md(note)}" for note in table.notes]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _markdown_tests(table)) + "\n"
 
 
 _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -716,12 +784,20 @@ def to_latex(table: Table) -> str:
         lines.append(" & ".join([method, *cells]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}}", r"\par\smallskip\footnotesize"]
     lines += [rf"\textsuperscript{{{n}}}~{tex(text)}\par" for text, n in numbers.items()]
-    lines += [rf"{tex(note)}\par" for note in table.notes] + [r"\end{table}"]
+    lines += [rf"{tex(note)}\par" for note in table.notes]
+    if table.tests:
+        columns = tested_columns(table)
+        lines += [r"\medskip", rf"\begin{{tabular}}{{l{'r' * len(columns)}}}", r"\toprule",
+                  " & ".join([r"\textbf{Comparison}", *(tex(c.label) for c in columns)]) + r" \\",
+                  r"\midrule"]
+        lines += [" & ".join([tex(label), *(tex(t) for t in texts)]) + r" \\" for label, texts in test_grid(table)]
+        lines += [r"\bottomrule", r"\end{tabular}\par", rf"{tex(TESTS_TITLE)}\par"]
+    lines += [rf"{tex(line)}\par" for line in table.untested] + [r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
 CSV_COLUMNS = ("table", "method", "source", "variant", "column", "label", "value", "sd", "seeds", "paper", "diff",
-               "value_exact", "text", "notes")
+               "value_exact", "text", "notes", "p_value", "examples")
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -743,6 +819,16 @@ def to_csv(table: Table) -> str:
                 "seeds": " ".join(map(str, cell.seeds)), "paper": _num(cell.paper), "diff": _num(cell.diff),
                 "value_exact": _num(cell.value, 4), "text": cell.text(), "notes": " | ".join(cell.notes),
             })
+    labels = {c.key: c.label for c in table.columns}
+    for test in table.tests:  # source paired_test: value = full - ablation (percent points)
+        writer.writerow({
+            "table": table.name, "method": f"full vs {test.variant}", "source": "paired_test",
+            "variant": test.variant, "column": test.column, "label": labels[test.column],
+            "value": _num(test.difference), "seeds": " ".join(map(str, test.seeds)),
+            "value_exact": _num(test.difference, 4), "text": f"{test.difference:+.1f} (p {test.p_value:.3f})",
+            "notes": f"paired bootstrap, {test.resamples} resamples, metric {test.metric}",
+            "p_value": f"{test.p_value:.4f}", "examples": test.examples,
+        })
     return out.getvalue()
 
 
@@ -957,7 +1043,7 @@ def build_report(plan: Plan, results_dir: Path, paper: Mapping[str, Any] | None 
     paper = paper or load_paper()
     finetuned = collect_finetune(results_dir, plan, finetune_pairs(paper))
     analyses = collect_analyses(results_dir, plan)
-    tables = build_tables(paper, finetuned, plan)
+    tables = build_tables(paper, finetuned, plan, results_dir)
     report = Report(tables, analyses, finetuned, {})
     report.summary = build_summary(tables, analyses, len(report.gaps))
     return report

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainer
 from tokenizers.models import BPE
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import sha256_text
+from gpt1.files import pool_size, sha256_text
 
 UNK = "<unk>"
 SUFFIX = "</w>"
@@ -293,8 +293,7 @@ def train_on_corpus(corpus_jsonl: Path, bpe: dict, chunk_chars: int, workers: in
     from tqdm import tqdm
 
     chunks = tqdm(_corpus_chunks(corpus_jsonl, chunk_chars), desc="bpe: pre-tokenise", unit="chunk")
-    if corpus_jsonl.stat().st_size < 4_000_000:
-        workers = 1  # starting workers costs seconds; not worth it for a small corpus
+    workers = pool_size(corpus_jsonl, workers)
     if bpe["pretokenizer"] == "spacy":
         words = (w for pieces in bounded_imap(spacy_pieces, chunks, workers) for w in pieces)
         return train([], "spacy", bpe["merges"], bpe["limit_alphabet"], bpe["min_frequency"], words=words)

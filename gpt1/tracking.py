@@ -14,12 +14,13 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 PIPELINE_RUN_ENV = "GPT1_PIPELINE_RUN"  # a tag grouping the runs of one pipeline invocation
+METRICS_PER_BATCH = 1000  # MLflow's cap on metrics per log_batch call
 T = TypeVar("T")
 
 
@@ -108,6 +109,17 @@ class StageRun:
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
         _retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
+
+    def log_steps(self, rows: Iterable[tuple[Mapping[str, float], int]]) -> None:
+        """Many steps' metrics, (metrics, step) each, in as few writes as MLflow allows (a write per step costs
+        more than a small training update)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for metrics, step in rows for k, v in metrics.items()]
+        for start in range(0, len(batch), METRICS_PER_BATCH):
+            _retry(lambda chunk=batch[start : start + METRICS_PER_BATCH]: self.client.log_batch(self.run_id,
+                                                                                                 metrics=chunk))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param

@@ -87,17 +87,6 @@ def tok(assets: Assets) -> GPT1Tokenizer:
     return GPT1Tokenizer.load(assets.tokenizer)
 
 
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
-@pytest.fixture
-def mlflow_store(monkeypatch: pytest.MonkeyPatch, tracking_uri: str) -> str:
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
-    return tracking_uri
-
-
 def config(*overrides: str):
     return load_config(REPO / "params.yaml", "smoke", overrides=[*SMALL, *overrides])
 
@@ -279,7 +268,7 @@ def read_outputs(out: Path) -> tuple[dict, list[dict], list[dict]]:
 
 @pytest.mark.parametrize(("task", "variant"), [("sst2", "pretrained"), ("rte", "no_aux"), ("stsb", "scratch"),
                                                ("race", "lstm")])
-def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_store: str, tmp_path: Path,
+def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_env: str, tmp_path: Path,
                                                      task: str, variant: str) -> None:
     out = tmp_path / task
     source = assets.lstm if variant == "lstm" else assets.gpt
@@ -311,7 +300,7 @@ def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_stor
     if task == "sst2":  # one MLflow run, tagged, with the loss curve per update and the final metrics
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(mlflow_store)
+        client = MlflowClient(mlflow_env)
         runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                                   "tags.`gpt1.stage` = 'finetune' and tags.`gpt1.task` = 'sst2'")
         assert len(runs) == 1 and runs[0].data.tags["gpt1.variant"] == "pretrained"
@@ -408,7 +397,7 @@ def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_
         finetune_stage(config(), "sst2", "scratch", 0, other, assets.tokenizer, out)
 
 
-def test_a_failure_during_the_run_leaves_no_output(assets: Assets, mlflow_store: str, tmp_path: Path,
+def test_a_failure_during_the_run_leaves_no_output(assets: Assets, mlflow_env: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import gpt1.finetune as finetune
 

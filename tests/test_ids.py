@@ -35,7 +35,7 @@ def test_ids_are_the_documents_joined_by_paragraph_separators(corpus_and_tokeniz
 
 def test_two_workers_write_the_same_bytes(corpus_and_tokenizer, tmp_path, monkeypatch):
     folder, _ = corpus_and_tokenizer
-    monkeypatch.setattr("gpt1.ids.SMALL_INPUT_BYTES", 0)  # force the worker pool on a small file
+    monkeypatch.setattr("gpt1.files.SMALL_INPUT_BYTES", 0)  # force the worker pool on a small file
     encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "1.bin", tmp_path / "1.json", "uint16", 500, 1)
     encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "2.bin", tmp_path / "2.json", "uint32", 500, 2)
     one = np.fromfile(tmp_path / "1.bin", dtype=np.uint16)

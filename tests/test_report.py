@@ -500,3 +500,22 @@ def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monk
     artifacts = {a.path for folder in ("tables", "figures") for a in client.list_artifacts(parent, folder)}
     assert {"tables/table2.md", "tables/table5.tex", "tables/summary.json", "figures/figure2_left.png",
             "figures/figure2_right.svg", "figures/pretraining.png"} <= artifacts
+
+
+def test_table5_tests_the_full_model_against_each_ablation_on_paired_predictions(tmp_path: Path) -> None:
+    from test_significance import write_predictions
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0])
+    write_everything(results, cfg)
+    folder = results / "finetune" / "rte"
+    write_predictions(folder / "pretrained" / "0" / "predictions.jsonl", [("rte", i, i % 2, i % 2) for i in range(40)])
+    write_predictions(folder / "lstm" / "0" / "predictions.jsonl", [("rte", i, i % 2, 0) for i in range(40)])
+    render_report(cfg, results, out)
+    test = cells(out, "table5")[("full vs lstm", "rte")]
+    assert test["source"] == "paired_test" and float(test["value_exact"]) == pytest.approx(50.0)
+    assert float(test["p_value"]) < 0.01 and test["examples"] == "40"
+    markdown = (out / "tables" / "table5.md").read_text()
+    assert "| full vs LSTM w/ aux LM |" in markdown and "+50.0 (p 0.00" in markdown
+    # no predictions for the other pairs: said, not invented
+    assert "RTE (acc): full vs no_aux not tested" in markdown and "CoLA (mc): full vs lstm not tested" in markdown

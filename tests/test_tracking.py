@@ -37,3 +37,17 @@ def test_eight_processes_logging_at_once_into_a_new_store(tmp_path):
 
 def test_flatten_nested_params():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": 2, "e": [1, 2]}
+
+
+def test_log_steps_writes_more_than_one_batch_of_steps(tmp_path, monkeypatch):
+    from gpt1.tracking import METRICS_PER_BATCH, stage_run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    steps = METRICS_PER_BATCH  # two metrics per step: two batches
+    with stage_run("steps", "smoke", "batched", {}) as run:
+        run.log_steps(({"loss": 1.0 / (step + 1), "lr": 0.5}, step) for step in range(steps))
+        run_id = run.run_id
+    history = MlflowClient(uri).get_metric_history(run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(steps))
+    assert {m.step: m.value for m in history}[3] == 0.25

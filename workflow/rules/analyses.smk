@@ -24,7 +24,7 @@ rule zeroshot:
         out=folder_of_output("json"),
         zeroshot=SETTINGS["zeroshot"],
         reference=config["zeroshot_reference"],
-    threads: workflow.cores
+    threads: FANOUT_THREADS
     log:
         log_file("zeroshot-{model}"),
     conda:
@@ -54,7 +54,9 @@ rule layers:
         out=folder_of_output("json"),
         finetune=SETTINGS["finetune"],
         layers=SETTINGS["layers"],
-    threads: workflow.cores
+    threads: FANOUT_THREADS
+    # the longest single job (n_layer + 1 fine-tunings): started first, it does not hold up the end of the run
+    priority: 10
     resources:
         mem_mb=4000,
     log:

@@ -23,6 +23,13 @@ envvars:
     "GPT1_PIPELINE_RUN",
 
 
+# Cores per job (Snakemake hands a job's threads on as OMP_NUM_THREADS). The fine-tuning fan-out and the analyses
+# are many small jobs: one core each runs them side by side, 1.2-1.3x the work of one job at a time on every core
+# (bench/job_threads.py). The pre-trained models share the cores. Change with --set-threads RULE=N.
+CORES = workflow.cores or 1
+FANOUT_THREADS = 1
+PRETRAIN_THREADS = max(1, CORES // len(config["pretrain_models"]))
+
 PROFILE = config["profile"]
 SETTINGS = config["profiles"][PROFILE]
 ENV = "../envs/gpt1.yaml"

@@ -23,7 +23,7 @@ rule finetune:
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
-    threads: workflow.cores
+    threads: FANOUT_THREADS
     resources:
         mem_mb=4000,
     log:

@@ -26,7 +26,7 @@ rule pretrain:
         out=folder_of_output("weights"),
         model=SETTINGS["model"],
         pretrain=SETTINGS["pretrain"],
-    threads: workflow.cores
+    threads: PRETRAIN_THREADS
     resources:
         mem_mb=8000,
     log:

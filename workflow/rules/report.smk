@@ -6,9 +6,10 @@ FIGURES = ["figure2_left", "figure2_right", "pretraining"]
 
 rule report:
     input:
-        code=code("report"),
+        code=code("report", "significance", "metrics"),
         paper="gpt1/paper.yaml",
-        finetune=[f for f in finetune_outputs() if f.endswith("metrics.json")],
+        # metrics for the cells; predictions for Table 5's paired tests
+        finetune=[f for f in finetune_outputs() if f.endswith(("metrics.json", "predictions.jsonl"))],
         analyses=analysis_outputs(),
         pretrain=expand(out("pretrain", "{model}", "{file}"), model=PRETRAINED, file=["curves.csv", "metrics.json"]),
     output:

@@ -1,0 +1,75 @@
+"""gpt1.significance: Table 5's paired tests on hand-made predictions whose answer is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpt1.significance import PredictionsError, column_test, paired_arrays, read_predictions
+
+
+def write_predictions(path: Path, rows: list[tuple[str, int, int, int]], split: str = "validation") -> Path:
+    """rows: (report, index, label, prediction)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"report": r, "split": split, "index": i, "label": y, "prediction": p}) + "\n"
+                            for r, i, y, p in rows))
+    return path
+
+
+def test_identical_runs_differ_by_nothing_with_p_one(tmp_path: Path) -> None:
+    rows = [("sst2", i, i % 2, (i // 3) % 2) for i in range(60)]
+    a = read_predictions(write_predictions(tmp_path / "a.jsonl", rows))
+    test = column_test("no_aux", "sst2", "accuracy", ["sst2"], {0: a}, {0: a})
+    assert test is not None and test.difference == 0.0 and test.p_value == 1.0 and test.examples == 60
+
+
+def test_always_right_against_always_wrong_is_significant(tmp_path: Path) -> None:
+    right = read_predictions(write_predictions(tmp_path / "a.jsonl", [("rte", i, i % 2, i % 2) for i in range(50)]))
+    wrong = read_predictions(write_predictions(tmp_path / "b.jsonl", [("rte", i, i % 2, 1 - i % 2) for i in range(50)]))
+    test = column_test("scratch", "rte", "accuracy", ["rte"], {0: right}, {0: wrong})
+    assert test.difference == pytest.approx(100.0)
+    assert test.p_value == pytest.approx(1 / 1001)  # no resample comes near a difference of 0
+
+
+def test_pairs_are_joined_by_example_never_by_position(tmp_path: Path) -> None:
+    full = read_predictions(write_predictions(tmp_path / "a.jsonl", [("mrpc", i, 1, 1) for i in (3, 1, 2)]))
+    # the other run lists the examples in another order and has one more (index 9) that full never scored
+    rows = [("mrpc", i, 1, int(i == 2)) for i in (9, 2, 1, 3)]
+    other = read_predictions(write_predictions(tmp_path / "b.jsonl", rows))
+    labels, a, b = paired_arrays(full, other, ["mrpc"])
+    assert labels.tolist() == [1, 1, 1] and a.tolist() == [1, 1, 1] and b.tolist() == [0, 1, 0]
+
+
+def test_seeds_pool_and_a_column_pools_its_reports(tmp_path: Path) -> None:
+    """Table 5's MNLI column: matched and mismatched, over the seeds both variants have (seed 1 only in full)."""
+    rows = [("mnli_m", i, 0, 0) for i in range(10)] + [("mnli_mm", i, 0, 0) for i in range(10)]
+    wrong = [(r, i, y, 1) for r, i, y, _ in rows]
+    full = {s: read_predictions(write_predictions(tmp_path / f"f{s}.jsonl", rows)) for s in (0, 1)}
+    other = {0: read_predictions(write_predictions(tmp_path / "o0.jsonl", wrong))}
+    test = column_test("lstm", "mnli", "accuracy", ["mnli_m", "mnli_mm"], full, other)
+    assert test.seeds == (0,) and test.examples == 20 and test.difference == pytest.approx(100.0)
+
+
+def test_nothing_to_pair_is_no_test(tmp_path: Path) -> None:
+    a = read_predictions(write_predictions(tmp_path / "a.jsonl", [("cola", 0, 1, 1)]))
+    assert column_test("lstm", "cola", "mcc", ["cola"], {0: a}, {}) is None
+
+
+@pytest.mark.parametrize(("line", "key"), [('{"report": "sst2", "split": "v", "index": 0, "label": 1}', "prediction"),
+                                           ('{"report": "sst2", "split": "v", "index": "0", "label": 1, '
+                                            '"prediction": 1}', "index"),
+                                           ('{"split": "v", "index": 0, "label": 1, "prediction": 1}', "report")])
+def test_a_malformed_line_names_file_line_and_key(tmp_path: Path, line: str, key: str) -> None:
+    path = tmp_path / "predictions.jsonl"
+    path.write_text('{"report": "sst2", "split": "v", "index": 1, "label": 1, "prediction": 1}\n' + line + "\n")
+    with pytest.raises(PredictionsError, match=rf"predictions.jsonl:2: key '{key}'"):
+        read_predictions(path)
+
+
+def test_a_line_that_is_not_json_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("{not json\n")
+    with pytest.raises(PredictionsError, match=r"predictions.jsonl:1: not JSON"):
+        read_predictions(path)
