@@ -6,7 +6,7 @@ Inputs (all under RESULTS = results/<profile>, only for the lists of params.yaml
   analyses/layers/<task>/<seed>/layers.csv          gpt1.layers     Figure 2 (left)
   analyses/zeroshot/<model>/zeroshot.csv            gpt1.zeroshot   Figure 2 (right)
   pretrain/<model>/curves.csv                       gpt1.pretrain   pre-training curves
-Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv}, OUT/tables/summary.json and
+Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv,html}, OUT/tables/summary.json and
 OUT/figures/{figure2_left,figure2_right,pretraining}.{png,svg}, all renamed into place together at the end.
 
 The paper's numbers come from gpt1/paper.yaml only. Rules the tables follow:
@@ -25,6 +25,7 @@ The paper's numbers come from gpt1/paper.yaml only. Rules the tables follow:
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import math
@@ -46,7 +47,7 @@ from gpt1.tasks import REPORTED, get_task
 
 PAPER_FILE = Path(__file__).with_name("paper.yaml")
 TABLES = ("table2", "table3", "table4", "table5")
-TABLE_FORMATS = ("md", "tex", "csv")
+TABLE_FORMATS = ("md", "tex", "csv", "html")  # html: what `snakemake --report` shows inline
 FIGURES = ("figure2_left", "figure2_right", "pretraining")
 FIGURE_FORMATS = ("png", "svg")
 SUMMARY_FILE = "summary.json"
@@ -832,7 +833,52 @@ def to_csv(table: Table) -> str:
     return out.getvalue()
 
 
-RENDERERS: dict[str, Callable[[Table], str]] = {"md": to_markdown, "tex": to_latex, "csv": to_csv}
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; font-size: 13px; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin-bottom: 1em; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+thead th { border-bottom: 2px solid #444; }
+tr.ours td { font-weight: 600; background: #f3f7fb; }
+sup { color: #666; font-weight: normal; }
+.notes { max-width: 75em; color: #444; }
+"""
+
+
+def _html_table(header: Sequence[str], rows: Iterable[tuple[str, Sequence[str]]]) -> list[str]:
+    """rows: (css class, cells as HTML); the header is plain text."""
+    lines = ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>",
+             "<tbody>"]
+    lines += [f'<tr class="{kind}">' + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>" for kind, cells in rows]
+    return [*lines, "</tbody>", "</table>"]
+
+
+def to_html(table: Table) -> str:
+    """A standalone page (Snakemake's report shows it inline): the table, footnotes, notes and the paired tests."""
+    numbers = number_notes(table)
+
+    def cell_html(cell: Cell) -> str:
+        marks = _markers(cell, numbers)
+        return html.escape(cell.text()) + (f"<sup>{marks}</sup>" if marks else "")
+
+    rows = [(row.source, [html.escape(row.method), *(cell_html(row.cells[c.key]) for c in table.columns)])
+            for row in table.rows]
+    lines = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{html.escape(table.title)}</title><style>{HTML_STYLE}</style></head><body>",
+             f"<h2>{html.escape(table.title)}</h2>", *_html_table(["Method", *(c.label for c in table.columns)], rows)]
+    if numbers:
+        lines += ['<ol class="notes">', *(f"<li>{html.escape(text)}</li>" for text in numbers), "</ol>"]
+    lines += ['<ul class="notes">', *(f"<li>{html.escape(note)}</li>" for note in table.notes), "</ul>"]
+    if table.tests or table.untested:
+        lines += [f'<p class="notes">{html.escape(TESTS_TITLE)}</p>',
+                  *_html_table(["Comparison", *(c.label for c in tested_columns(table))],
+                               [("test", [html.escape(label), *map(html.escape, texts)])
+                                for label, texts in test_grid(table)]),
+                  '<ul class="notes">', *(f"<li>{html.escape(line)}</li>" for line in table.untested), "</ul>"]
+    return "\n".join([*lines, "</body></html>"]) + "\n"
+
+
+RENDERERS: dict[str, Callable[[Table], str]] = {"md": to_markdown, "tex": to_latex, "csv": to_csv, "html": to_html}
 
 
 # ---------------------------------------------------------------------------------------------------- summary

@@ -401,6 +401,38 @@ def test_every_output_is_written_and_summary_holds_numbers_only(tmp_path: Path) 
     assert summary["report.gaps"] == 0
 
 
+def test_html_tables_hold_every_cell_of_the_csv_for_the_snakemake_report(tmp_path: Path) -> None:
+    from html.parser import HTMLParser
+
+    class Cells(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cells: list[str] = []
+            self.inside = False
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            if tag == "td":
+                self.inside, self.cells = True, [*self.cells, ""]
+
+        def handle_endtag(self, tag: str) -> None:
+            self.inside = self.inside and tag != "td"
+
+        def handle_data(self, data: str) -> None:
+            if self.inside:
+                self.cells[-1] += data
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0, 1])
+    write_everything(results, cfg)
+    render_report(cfg, results, out)
+    for table in TABLES:
+        parser = Cells()
+        parser.feed((out / "tables" / f"{table}.html").read_text())
+        shown = "\n".join(parser.cells)
+        for row in csv.DictReader(io.StringIO((out / "tables" / f"{table}.csv").read_text())):
+            assert row["text"] in shown, (table, row["method"], row["column"])
+
+
 def test_figures_are_drawn_from_partial_inputs(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "out"
     write_analyses(results, (0,))

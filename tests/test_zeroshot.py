@@ -28,12 +28,14 @@ from gpt1.zeroshot import (
     dprd_probe,
     dprd_texts,
     evaluate_cola,
+    evaluate_sst2,
     fit_context,
     normalise,
     predict_choices,
     pronoun_span,
     race_probe,
     score_continuations,
+    sst2_calibrated_probe,
     sst2_probe,
     zeroshot_stage,
 )
@@ -192,6 +194,27 @@ def test_sst2_compares_whole_words_by_their_summed_log_probability(tok):
     means = score_continuations(model, probe.prefixes, probe.continuations, reduction="mean")
     assert sums[0] < sums[1] and means[0] > means[1]
     assert predict_choices(model, probe).tolist() == [1]
+
+
+def test_sst2_offset_from_train_undoes_a_bias_for_one_word(tok):
+    """An LM that prefers "positive" after every sentence, more after good ones: the paper's rule (offset 0) calls
+    everything positive; the offset chosen on the fit split separates good from bad on the test split."""
+    good, bad = example(("the film was good .",), 1), example(("the film was bad .",), 0)
+    probe = sst2_calibrated_probe(tok, [good, bad, good, bad], [good, bad, bad])
+    assert all(p[-1] == tid(tok, "very") for p in probe.test.prefixes)  # the real probe: sentence + " very"
+    # The bigram LM sees one token back: score the label words right after the sentiment word instead of "very".
+    def by_sentiment_word(part):
+        return dataclasses.replace(part, prefixes=[[tid(tok, "good") if label else tid(tok, "bad")]
+                                                   for label in part.labels for _ in range(part.n_options)])
+    probe = dataclasses.replace(probe, fit=by_sentiment_word(probe.fit), test=by_sentiment_word(probe.test))
+    model = lm(tok)
+    positive = tid(tok, "positive")
+    model.prefer(tid(tok, "good"), positive, 6.0)
+    model.prefer(tid(tok, "bad"), positive, 2.0)  # the bias: "positive" is likelier even after bad
+    scored = evaluate_sst2(model, probe)
+    assert scored["uncalibrated"] == pytest.approx(1 / 3)  # everything called positive
+    assert scored["raw"] == 1.0 and scored["offset_split_accuracy"] == 1.0
+    assert 2.0 < scored["offset"] < 6.0  # between the two margins (log-odds 2 and 6)
 
 
 def test_race_picks_the_answer_the_lm_likes(tok):

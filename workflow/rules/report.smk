@@ -13,11 +13,12 @@ rule report:
         analyses=analysis_outputs(),
         pretrain=expand(out("pretrain", "{model}", "{file}"), model=PRETRAINED, file=["curves.csv", "metrics.json"]),
     output:
+        # the report shows HTML inline (a CSV would only be a download)
         tables=[
-            report(out("tables", f"{t}.csv"), caption=f"../report/{t}.rst", category="Tables", labels={"table": t})
+            report(out("tables", f"{t}.html"), caption=f"../report/{t}.rst", category="Tables", labels={"table": t})
             for t in TABLES
         ],
-        markdown=expand(out("tables", "{table}.{ext}"), table=TABLES, ext=["md", "tex"]),
+        markdown=expand(out("tables", "{table}.{ext}"), table=TABLES, ext=["md", "tex", "csv"]),
         summary=out("tables", "summary.json"),
         figures=[
             report(out("figures", f"{f}.png"), caption=f"../report/{f}.rst", category="Figures", labels={"figure": f})
