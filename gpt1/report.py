@@ -836,7 +836,8 @@ def to_csv(table: Table) -> str:
 HTML_STYLE = """
 body { font-family: system-ui, sans-serif; font-size: 13px; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin-bottom: 1em; }
-th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
+td:first-child { white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
 thead th { border-bottom: 2px solid #444; }
 tr.ours td { font-weight: 600; background: #f3f7fb; }

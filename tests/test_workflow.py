@@ -33,7 +33,8 @@ def smoke_run(tmp_path_factory):
     params.update(profile="smoke", ablation_tasks=["rte"])
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GPT1_", "SNAKEMAKE_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    # A user's shell: the virtual environment not activated (the workflow puts its Python first on PATH itself)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent)
     run(["git", "init", "-q"], root, env)
     run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
     shutil.copy(REPO / ".dvc" / "config", root / ".dvc" / "config")

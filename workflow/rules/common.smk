@@ -22,6 +22,13 @@ os.environ.setdefault("GPT1_PIPELINE_RUN", f"snakemake-{datetime.datetime.now():
 envvars:
     "GPT1_PIPELINE_RUN",
 
+# Stage commands call `python -m gpt1` and `dvc`: those beside the Python that runs Snakemake, also when its
+# environment is not activated (`.venv/bin/snakemake --cores all`). With --use-conda the rule's env still comes first.
+# (PATH is set for the jobs here, not required from the user, so it is not an `envvars:` entry.)
+PYTHON_BIN = os.path.dirname(sys.executable)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != PYTHON_BIN:
+    os.environ.update(PATH=os.pathsep.join([PYTHON_BIN, os.environ.get("PATH", "")]))
+
 
 # Cores per job (Snakemake hands a job's threads on as OMP_NUM_THREADS). The fine-tuning fan-out and the analyses
 # are many small jobs: one core each runs them side by side, 1.2-1.3x the work of one job at a time on every core
