@@ -638,8 +638,8 @@ def ablation_tests(results_dir: Path, columns: Sequence[Column], variants: Seque
     tests, untested = [], []
     for column in (c for c in columns if c.task is not None):
         full = _predictions(results_dir, finetuned, column.task, FULL_VARIANT)
+        reports, metrics = zip(*column.components, strict=True)  # Table 5's MNLI: two reports, one metric
         for variant in variants:
-            reports, metrics = zip(*column.components, strict=True)
             test = column_test(variant, column.key, metrics[0], reports, full,
                                _predictions(results_dir, finetuned, column.task, variant))
             if test is None:

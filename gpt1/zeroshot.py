@@ -301,12 +301,18 @@ def dprd_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceP
 # Predictions and metrics
 
 
+def choice_scores(model: nn.Module, probe: ChoiceProbe, n_ctx: int | None = None,
+                  batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """[examples, options]: the score of every option of every example."""
+    scores = score_continuations(model, probe.prefixes, probe.continuations, n_ctx=n_ctx,
+                                 reduction=probe.reduction, batch_tokens=batch_tokens)
+    return scores.reshape(len(probe), probe.n_options)
+
+
 def predict_choices(model: nn.Module, probe: ChoiceProbe, n_ctx: int | None = None,
                     batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
     """The best-scoring option of every example (ties: the first)."""
-    scores = score_continuations(model, probe.prefixes, probe.continuations, n_ctx=n_ctx,
-                                 reduction=probe.reduction, batch_tokens=batch_tokens)
-    return scores.reshape(len(probe), probe.n_options).argmax(1)
+    return choice_scores(model, probe, n_ctx, batch_tokens).argmax(1)
 
 
 def choose_threshold(scores: np.ndarray, labels: np.ndarray, metric: Callable = matthews) -> tuple[float, float]:
@@ -335,8 +341,7 @@ def evaluate_sst2(model: nn.Module, probe: Sst2Probe, n_ctx: int | None = None,
     """Accuracy of 'positive when log p(positive) - log p(negative) > offset', the offset chosen on the fit split;
     and the paper's rule (offset 0) as `uncalibrated`."""
     def margins(part: ChoiceProbe) -> np.ndarray:
-        scores = score_continuations(model, part.prefixes, part.continuations, n_ctx=n_ctx, reduction=part.reduction,
-                                     batch_tokens=batch_tokens).reshape(len(part), part.n_options)
+        scores = choice_scores(model, part, n_ctx, batch_tokens)
         return scores[:, 1] - scores[:, 0]  # SST2_WORDS: negative, positive
 
     offset, fit_accuracy = choose_threshold(margins(probe.fit), probe.fit.labels, metric=accuracy)
