@@ -13,7 +13,15 @@ from typing import Any
 from tqdm import tqdm
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import pool_size, read_jsonl, sha256_file, sha256_text, staged_outputs, write_json, write_jsonl_line
+from gpt1.files import (
+    file_record,
+    pool_size,
+    read_jsonl,
+    sha256_text,
+    staged_outputs,
+    write_json,
+    write_jsonl_line,
+)
 from gpt1.sources import iter_documents, source_description
 
 SPLITS = ("train", "validation")
@@ -47,8 +55,8 @@ def fetch(corpus: dict[str, Any], mirror: Path | None, out: Path, manifest: Path
             "source": source_description(corpus, mirror),
             "documents": documents,
             "text_bytes": text_bytes,
-            "file_bytes": tmp_out.stat().st_size,
-            "sha256": sha256_file(tmp_out),
+            "file_bytes": tmp_out.stat().st_size,  # the same as "bytes"; kept for earlier readers
+            **file_record(tmp_out),
             "max_documents": corpus["max_documents"],
             "max_bytes": corpus["max_bytes"],
         }
@@ -129,7 +137,7 @@ def _split(kept: Path, held_out: set[int], outputs: dict[str, Path], manifest: P
                 stats[split]["documents"] += 1
                 stats[split]["text_bytes"] += len(doc["text"].encode())
         for split, temp in zip(SPLITS, temps, strict=False):
-            stats[split]["sha256"] = sha256_file(temp)
+            stats[split].update(file_record(temp))
         info = {"dropped_empty": counts["empty"], "dropped_duplicate": counts["duplicate"],
                 "raw_documents": counts["raw"]}
         info.update(stats)
@@ -152,12 +160,13 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
 
 def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     """`gpt1 clean`: RAW/raw.jsonl -> OUT/{train,validation}.jsonl and OUT/manifest.json."""
-    from gpt1.files import read_json, require_files
+    from gpt1.files import read_json, require_files, verify_file
     from gpt1.tracking import stage_run
 
     require_files("fetch", raw_dir / "raw.jsonl", raw_dir / "raw.manifest.json")
     corpus = cfg.section("corpus")
     raw_info = read_json(raw_dir / "raw.manifest.json")
+    verify_file(raw_dir / "raw.jsonl", raw_info, "fetch", raw_dir / "raw.manifest.json")
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
     with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})

@@ -16,10 +16,20 @@ from tqdm import tqdm
 
 from gpt1.config import DTYPE_MAX_VOCAB
 from gpt1.errors import Gpt1Error
-from gpt1.files import pool_size, read_json, read_jsonl, sha256_file, staged_outputs, write_json
+from gpt1.files import (
+    file_record,
+    pool_size,
+    read_json,
+    read_jsonl,
+    sha256_file,
+    staged_outputs,
+    verify_file,
+    write_json,
+)
 from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
 
-HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer")
+HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer",
+               "bytes", "sha256")  # the last two: size and sha256 of the .bin file
 
 
 class IdsError(Gpt1Error):
@@ -76,6 +86,7 @@ def encode_split(
             "pretokenizer": tok.pretokenizer,
             "documents": counter["documents"],
             "source_sha256": sha256_file(source),
+            **file_record(tmp_bin),
         }
         if tokens == 0:
             raise IdsError(f"{source}: no tokens; is the corpus split empty?")
@@ -114,6 +125,7 @@ def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: st
             f"{bin_path}: {bin_path.stat().st_size} bytes, header says {header['tokens']} {header['dtype']} tokens "
             f"({expected} bytes); the file is truncated or stale, re-run gpt1 encode"
         )
+    verify_file(bin_path, header, "encode", header_path)
     if tokenizer_sha256 is not None and header["tokenizer_sha256"] != tokenizer_sha256:
         raise IdsError(
             f"{header_path}: encoded with tokenizer {header['tokenizer_sha256'][:12]}, but the tokenizer is "
@@ -129,7 +141,11 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     from gpt1.files import require_files
     from gpt1.tracking import stage_run
 
-    require_files("clean", *(corpus_dir / f"{split}.jsonl" for split in ("train", "validation")))
+    require_files("clean", *(corpus_dir / f"{split}.jsonl" for split in ("train", "validation")),
+                  corpus_dir / "manifest.json")
+    manifest = read_json(corpus_dir / "manifest.json")
+    for split in ("train", "validation"):
+        verify_file(corpus_dir / f"{split}.jsonl", manifest.get(split), "clean", corpus_dir / "manifest.json")
     GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
     encode = cfg.section("encode")
     headers = {}

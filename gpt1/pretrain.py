@@ -47,12 +47,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from tqdm import tqdm
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import read_json, sha256_file, staged_outputs, write_json
+from gpt1.files import file_record, read_json, sha256_file, staged_outputs, verify_file, write_json
 from gpt1.ids import TokenIds, load_ids
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.tokenizer import GPT1Tokenizer
@@ -234,6 +235,12 @@ def check_ids(ids: TokenIds, path: Path, config: GPTConfig | LSTMConfig) -> None
             f"{path}: header vocab_size {ids.header['vocab_size']} exceeds the model's {config.vocab_size} "
             f"(the tokenizer's base vocabulary); re-run gpt1 encode with this tokenizer"
         )
+    top = int(ids.ids.max()) if len(ids) else 0  # one pass over the memmap: milliseconds, before any training
+    if top >= config.vocab_size:
+        raise PretrainError(
+            f"{path}: holds token id {top}, but the vocabulary has {config.vocab_size} ids; the file is corrupt, "
+            f"re-run gpt1 encode"
+        )
     if len(ids) < config.n_ctx + 1:
         raise PretrainError(
             f"{path}: {len(ids)} tokens, fewer than one window of model.n_ctx + 1 = {config.n_ctx + 1}; "
@@ -388,8 +395,18 @@ def weights_metadata(kind: str, config: GPTConfig | LSTMConfig, tokenizer_sha256
             "step": str(step), "tokens": str(tokens)}
 
 
+def canonical_safetensors(data: bytes) -> bytes:
+    """The same file with its JSON header written in sorted key order. safetensors serialises the metadata from a
+    hash map, so equal tensors gave different bytes (and DVC hashes) in every process; offsets are unchanged."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the format pads the header with spaces to 8-byte alignment
+    return len(text).to_bytes(8, "little") + text + data[8 + size :]
+
+
 def save_weights(model: nn.Module, path: Path, metadata: dict[str, str] | None = None) -> None:
-    save_file(unique_state(model), str(path), metadata=metadata)
+    Path(path).write_bytes(canonical_safetensors(safetensors_bytes(unique_state(model), metadata=metadata)))
 
 
 def read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -663,13 +680,14 @@ def declared_outputs(out_dir: str | Path, snapshots: int) -> list[Path]:
     return [*files, out / SNAPSHOT_DIR / SNAPSHOT_INDEX]
 
 
-def remove_outputs(out_dir: Path, snapshots: int) -> None:
-    """Before training: an earlier run's outputs (and temp files of a killed one) must not sit beside this run."""
-    for path in declared_outputs(out_dir, snapshots):
-        path.unlink(missing_ok=True)
+def remove_stale_outputs(out_dir: Path, snapshots: int) -> None:
+    """After the new outputs are in place: weights an earlier run left that this one did not write (a different
+    snapshot count), and temp files of killed runs. Finished outputs are replaced only by the final renames, so a
+    run that fails, bad input, NaN, kill or full disk, leaves the previous ones as they were."""
+    declared = set(declared_outputs(out_dir, snapshots))
     for folder in (out_dir, out_dir / SNAPSHOT_DIR):
         for path in [*folder.glob("*.safetensors"), *folder.glob(".*.tmp*")]:
-            if path.is_file():
+            if path.is_file() and path not in declared:
                 path.unlink()
 
 
@@ -839,7 +857,8 @@ def run_training(job: Job, run: Any | None = None) -> dict[str, Any]:
                 path = job.resume_dir / SNAPSHOT_DIR / snapshot_name(snapshot_index[done])
                 atomic_write(path, lambda f, d=done: save_weights(job.raw, f, job.metadata(d)))
                 progress.snapshots.append({"index": snapshot_index[done], "step": done,
-                                           "tokens": done * plan.tokens_per_step, "val_loss": val_loss})
+                                           "tokens": done * plan.tokens_per_step, "val_loss": val_loss,
+                                           **file_record(path)})
             if done % p["eval_every"] == 0 or done == plan.total_steps:
                 row = {"step": done, "tokens": done * plan.tokens_per_step, "lr": lr,
                        "train_loss": progress.interval_loss / progress.interval_updates,
@@ -883,12 +902,13 @@ def finish(job: Job, run: Any | None) -> dict[str, Any]:
     paths = declared_outputs(job.out_dir, len(plan.snapshots))
     with staged_outputs(*paths) as temps:
         save_weights(job.raw, temps[0], job.metadata(plan.total_steps))
-        write_json(temps[1], model_meta)
+        write_json(temps[1], {**model_meta, "weights": file_record(temps[0])})
         write_json(temps[2], metrics)
         _write_curves(temps[3], progress.curves)
         for i, temp in enumerate(temps[4:-1]):
             _link_or_copy(job.resume_dir / SNAPSHOT_DIR / snapshot_name(i), temp)
         write_json(temps[-1], sorted(progress.snapshots, key=lambda s: s["index"]))
+    remove_stale_outputs(job.out_dir, len(plan.snapshots))
     shutil.rmtree(job.resume_dir, ignore_errors=True)
     if run is not None:
         run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, plan.total_steps)
@@ -912,7 +932,6 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
         job = prepare(cfg, model_kind, Path(ids_dir), Path(tokenizer_dir), Path(out_dir), rt)
         if not rt.is_main:
             return run_training(job)
-        remove_outputs(job.out_dir, len(job.plan.snapshots))
         if job.resumed_from == 0:  # files of a run killed before its first checkpoint are not a checkpoint
             shutil.rmtree(job.resume_dir, ignore_errors=True)
         else:
@@ -930,8 +949,12 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
 # Loading a pre-trained model
 
 
-def _model_from_weights(path: Path, meta: dict[str, Any] | None) -> tuple[nn.Module, dict[str, Any]]:
-    """A model from a weights file; its config from the file's own metadata, else from `meta` (model.json)."""
+def _model_from_weights(path: Path, meta: dict[str, Any] | None,
+                        record: tuple[dict[str, Any], Path] | None) -> tuple[nn.Module, dict[str, Any]]:
+    """A model from a weights file, verified against `record` (its size and sha256, and the file that holds them);
+    its config from the file's own metadata, else from `meta` (model.json)."""
+    if record is not None:
+        verify_file(path, record[0], "pretrain", record[1])
     tensors, file_meta = read_weights(path)
     if "config" in file_meta and "kind" in file_meta:
         kind, values = file_meta["kind"], json.loads(file_meta["config"])
@@ -951,6 +974,18 @@ def _model_from_weights(path: Path, meta: dict[str, Any] | None) -> tuple[nn.Mod
     return model.eval(), {**info, "source": str(path)}
 
 
+def _weights_record(path: Path) -> tuple[dict[str, Any] | None, Path] | None:
+    """Where a finished run recorded this weights file: model.json beside the model, or the snapshot index. None for
+    a lone file (its own metadata is all there is)."""
+    if path.name == MODEL_FILE and (path.parent / MODEL_JSON).is_file():
+        return read_json(path.parent / MODEL_JSON).get("weights"), path.parent / MODEL_JSON
+    index = path.parent / SNAPSHOT_INDEX
+    if path.parent.name == SNAPSHOT_DIR and index.is_file():
+        entries = {snapshot_name(e["index"]): e for e in read_json(index)}
+        return entries.get(path.name), index
+    return None
+
+
 def _sibling_meta(*candidates: Path) -> dict[str, Any] | None:
     for path in candidates:
         if path.is_file():
@@ -964,9 +999,11 @@ def load_pretrained(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     meta holds kind, config, tokenizer_sha256, step, tokens and source (None where unknown, e.g. for HF)."""
     path = Path(source)
     if path.is_dir() and (path / MODEL_JSON).is_file():
-        return _model_from_weights(path / MODEL_FILE, read_json(path / MODEL_JSON))
+        meta = read_json(path / MODEL_JSON)
+        return _model_from_weights(path / MODEL_FILE, meta, (meta.get("weights"), path / MODEL_JSON))
     if path.is_file() and path.suffix == ".safetensors":
-        return _model_from_weights(path, _sibling_meta(path.parent / MODEL_JSON, path.parent.parent / MODEL_JSON))
+        meta = _sibling_meta(path.parent / MODEL_JSON, path.parent.parent / MODEL_JSON)
+        return _model_from_weights(path, meta, _weights_record(path))
     if path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
         raise PretrainError(f"{path}: not a pretrain folder ({MODEL_JSON}), a .safetensors file or a Hugging Face "
                             f"folder (config.json)")

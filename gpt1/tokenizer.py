@@ -215,15 +215,26 @@ def load_released(source: str | Path, pretokenizer: str = "spacy") -> GPT1Tokeni
     return GPT1Tokenizer(build_backend(pretokenizer, _bare_bpe(vocab, read_merges(merges_file))), pretokenizer)
 
 
+def canonical_vocab(base: Iterable[str], learned: list[tuple[str, str]]) -> dict[str, int]:
+    """Ids in an order fixed by content alone: <unk>, the base symbols sorted by code point, then the token of each
+    merge in merge order. The trainer numbers its base alphabet in hash-map order, which changes from process to
+    process; the merges themselves are deterministic."""
+    vocab = {UNK: 0}
+    for token in sorted(set(base) - {UNK}):
+        vocab[token] = len(vocab)
+    for a, b in learned:
+        vocab.setdefault(a + b, len(vocab))
+    return vocab
+
+
 def _truncate_merges(backend: Tokenizer, merges: int, pretokenizer: str) -> Tokenizer:
-    """Keep exactly the first `merges` merges: the trainer's vocabulary is base symbols then one token per merge."""
+    """Keep exactly the first `merges` merges, with the vocabulary numbered canonically (`canonical_vocab`)."""
     state = json.loads(backend.to_str())["model"]
     learned = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["merges"]]
-    vocab = state["vocab"]
-    n_base = len(vocab) - len(learned)
-    keep = n_base + min(merges, len(learned))
-    kept_vocab = {token: i for token, i in vocab.items() if i < keep}
-    return build_backend(pretokenizer, _bare_bpe(kept_vocab, learned[:merges]))
+    merged = {a + b for a, b in learned}
+    base = [token for token in state["vocab"] if token not in merged]
+    kept = learned[:merges]
+    return build_backend(pretokenizer, _bare_bpe(canonical_vocab(base, kept), kept))
 
 
 def train(
@@ -304,12 +315,13 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     """`gpt1 bpe`: learn the BPE on CORPUS/train.jsonl; write OUT/tokenizer.json and OUT/gpt1_tokenizer.json."""
     import time
 
-    from gpt1.files import read_json, require_files, staged_outputs
+    from gpt1.files import read_json, require_files, staged_outputs, verify_file
     from gpt1.tracking import stage_run
 
     require_files("clean", corpus_dir / "train.jsonl", corpus_dir / "manifest.json")
     bpe, chunk_chars = cfg.section("bpe"), cfg.section("encode")["chunk_chars"]
     manifest = read_json(corpus_dir / "manifest.json")
+    verify_file(corpus_dir / "train.jsonl", manifest.get("train"), "clean", corpus_dir / "manifest.json")
     with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
         run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
         start = time.perf_counter()

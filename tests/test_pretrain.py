@@ -23,6 +23,7 @@ from conftest import REPO, TINY, TinyData, gpt1_command, tiny_config
 from safetensors.torch import load_file, save_file
 
 from gpt1.errors import Gpt1Error
+from gpt1.files import file_record, sha256_file
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pretrain import (
     LATEST,
@@ -266,7 +267,7 @@ def test_ids_shorter_than_one_window_are_refused(tiny_data: TinyData, tmp_path: 
     ids = _copy_ids(tiny_data, tmp_path / "ids")
     short = np.fromfile(ids / "validation.bin", dtype=np.uint16)[:10]
     short.tofile(ids / "validation.bin")
-    _edit_header(ids / "validation.json", tokens=10)
+    _edit_header(ids / "validation.json", tokens=10, **file_record(ids / "validation.bin"))
     with pytest.raises(Gpt1Error, match=r"validation\.bin: 10 tokens, fewer than one window of model\.n_ctx \+ 1 = 17"):
         pretrain_stage(tiny_config(), "gpt", ids, tiny_data.tokenizer, tmp_path / "out")
 
@@ -301,6 +302,96 @@ def nan_stopped_run(tiny_data: TinyData, tmp_path: Path, mlflow_env: str, monkey
         pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, out)
     monkeypatch.setattr(GPT, "forward", original)
     return out
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def finished_copy(trained_gpt: Path, tmp_path: Path) -> Path:
+    """A writable copy of a finished run, to be overwritten by a failing one."""
+    return Path(shutil.copytree(trained_gpt, tmp_path / "finished"))
+
+
+def test_corrupt_token_ids_are_refused_and_the_finished_run_kept(
+    finished_copy: Path, tiny_data: TinyData, tmp_path: Path, mlflow_env: str
+) -> None:
+    import numpy as np
+
+    ids = _copy_ids(tiny_data, tmp_path / "ids")
+    values = np.fromfile(ids / "train.bin", dtype=np.uint16)
+    values[len(values) // 2] = 65_000  # size and header intact, one id past the vocabulary
+    values.tofile(ids / "train.bin")
+    _edit_header(ids / "train.json", **file_record(ids / "train.bin"))  # even with a matching record
+    before = _digests(finished_copy)
+    with pytest.raises(Gpt1Error, match=r"train\.bin: holds token id 65000, but the vocabulary has \d+ ids"):
+        pretrain_stage(tiny_config(), "gpt", ids, tiny_data.tokenizer, finished_copy)
+    assert _digests(finished_copy) == before
+
+
+def test_changed_token_ids_are_refused_by_their_sha256(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+    ids = _copy_ids(tiny_data, tmp_path / "ids")
+    data = bytearray((ids / "train.bin").read_bytes())
+    data[10] ^= 1
+    (ids / "train.bin").write_bytes(bytes(data))
+    with pytest.raises(Gpt1Error, match=r"train\.bin: sha256 differs from the one .*train\.json records.*gpt1 encode"):
+        pretrain_stage(tiny_config(), "gpt", ids, tiny_data.tokenizer, tmp_path / "out")
+
+
+def test_nan_loss_keeps_the_finished_run(
+    finished_copy: Path, tiny_data: TinyData, mlflow_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _digests(finished_copy)
+    original = GPT.forward
+
+    def poisoned(self: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple:
+        logits, loss = original(self, idx, targets)
+        return logits, loss * float("nan")
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(Gpt1Error, match=r"step 1: the training loss is nan"):
+        pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, finished_copy)
+    assert {k: v for k, v in _digests(finished_copy).items() if not k.startswith(RESUME_DIR)} == before
+
+
+def test_full_disk_while_writing_outputs_keeps_the_finished_run(
+    finished_copy: Path, tiny_data: TinyData, mlflow_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import gpt1.pretrain as pretrain_module
+
+    def full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    before = _digests(finished_copy)
+    monkeypatch.setattr(pretrain_module, "_write_curves", full)  # fails after the weights' temp file is written
+    with pytest.raises(OSError, match="No space left"):
+        pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, finished_copy)
+    after = _digests(finished_copy)
+    assert {k: v for k, v in after.items() if not k.startswith(RESUME_DIR)} == before
+
+
+def test_weights_with_a_flipped_bit_are_refused(finished_copy: Path) -> None:
+    for weights_file in (finished_copy / "model.safetensors", finished_copy / "snapshots" / "01.safetensors"):
+        data = bytearray(weights_file.read_bytes())
+        data[-5] ^= 0x10  # inside the last tensor: still a readable safetensors file
+        weights_file.write_bytes(bytes(data))
+        with pytest.raises(Gpt1Error, match=r"sha256 differs from the one .* records.*gpt1 pretrain"):
+            load_pretrained(weights_file if "snapshots" in str(weights_file) else finished_copy)
+
+
+def test_weights_files_are_the_same_bytes_in_every_process(tmp_path: Path) -> None:
+    """safetensors writes its metadata from a hash map; save_weights writes a canonical header."""
+    code = ("import sys, torch; from gpt1.model import GPT, GPTConfig; from gpt1.pretrain import save_weights; "
+            "torch.manual_seed(0); save_weights(GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, "
+            "n_head=2)), sys.argv[1], {'kind': 'gpt', 'step': '3', 'tokens': '9', 'config': '{}', 'z': 'a'})")
+    files = [tmp_path / f"{i}.safetensors" for i in range(3)]
+    for path in files:
+        subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    assert len({p.read_bytes() for p in files}) == 1
+    assert load_file(str(files[0]))["tokens_embed.weight"].shape == (50, 16)
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(nan_stopped_run: Path) -> None:

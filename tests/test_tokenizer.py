@@ -101,3 +101,30 @@ def test_save_load_round_trip_and_tamper_check(tmp_path):
 def test_missing_tokenizer_names_the_stage(tmp_path):
     with pytest.raises(TokenizerError, match="run the bpe stage"):
         GPT1Tokenizer.load(tmp_path)
+
+
+def _train_in_fresh_process(folder: Path) -> bytes:
+    """Train on the synthetic corpus in a new interpreter: the trainer's hash maps are seeded per process."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpt1.fixtures import synthetic_corpus; from gpt1.tokenizer import train; "
+            "texts = [d['text'] for d in synthetic_corpus(12, seed=3)]; "
+            "train(texts, 'spacy', 150, 120).save(sys.argv[1])")
+    subprocess.run([sys.executable, "-c", code, str(folder)], check=True)
+    return (folder / "tokenizer.json").read_bytes()
+
+
+def test_training_gives_the_same_bytes_in_every_process(tmp_path):
+    assert _train_in_fresh_process(tmp_path / "a") == _train_in_fresh_process(tmp_path / "b")
+
+
+def test_vocabulary_ids_are_canonical():
+    tok = train(TEXTS, "spacy", 60, 100)
+    state = json.loads(tok.backend.to_str())["model"]
+    by_id = sorted(state["vocab"], key=state["vocab"].get)
+    merges = [tuple(m) if not isinstance(m, str) else tuple(m.split(" ")) for m in state["merges"]]
+    n_base = len(by_id) - len(merges)
+    assert by_id[0] == "<unk>"
+    assert by_id[1:n_base] == sorted(by_id[1:n_base])  # base symbols by code point
+    assert by_id[n_base:] == [a + b for a, b in merges]  # then one token per merge, in merge order
