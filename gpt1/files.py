@@ -48,6 +48,14 @@ def staged_outputs(*paths: str | Path) -> Iterator[list[Path]]:
         os.replace(temp, final)
 
 
+# Timings differ from run to run: they go to MLflow and the logs, never into files whose bytes must reproduce.
+TIMING_KEYS = frozenset({"wall_seconds", "train_seconds", "device_seconds", "tokens_per_second"})
+
+
+def without_timings(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in metrics.items() if key not in TIMING_KEYS}
+
+
 def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
@@ -113,3 +121,44 @@ def verify_file(path: str | Path, record: dict[str, Any], producer: str, where: 
     if sha256_file(path) != record["sha256"]:
         raise Gpt1Error(f"{path}: sha256 differs from the one {where} records; the file was changed or is corrupt, "
                         f"{fix}")
+
+
+# A JSON object that carries the sha256 of its own content (canonical form, without this key): a reader can tell a
+# changed or corrupt file from a good one without a second file beside it.
+SEAL_KEY = "content_sha256"
+
+
+def _content_sha256(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def write_sealed_json(path: Path, data: dict[str, Any]) -> None:
+    write_json(path, {**data, SEAL_KEY: _content_sha256(data)})
+
+
+def read_sealed_json(path: str | Path, producer: str, error: type[Gpt1Error] = Gpt1Error) -> dict[str, Any]:
+    """A sealed JSON object, after checking its content against its sha256; errors (of class `error`) name the
+    file and the stage that writes it."""
+    try:
+        return _read_sealed(Path(path), producer)
+    except Gpt1Error as err:
+        raise error(str(err)) from err.__cause__
+
+
+def _read_sealed(path: Path, producer: str) -> dict[str, Any]:
+    fix = f"re-run the {producer} stage (gpt1 {producer})"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise Gpt1Error(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); {fix}") from err
+    except UnicodeDecodeError as err:
+        raise Gpt1Error(f"{path}: not UTF-8 text; {fix}") from err
+    if not isinstance(data, dict):
+        raise Gpt1Error(f"{path}: key '<top level>' is a {type(data).__name__}, expected an object; {fix}")
+    seal = data.pop(SEAL_KEY, None)
+    if seal is None:
+        raise Gpt1Error(f"{path}: no {SEAL_KEY} recorded (written by an older version?); {fix}")
+    if seal != _content_sha256(data):
+        raise Gpt1Error(f"{path}: content differs from its recorded {SEAL_KEY}; the file was changed or is corrupt, "
+                        f"{fix}")
+    return data

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from gpt1 import metrics as metric_lib
 from gpt1.errors import Gpt1Error
-from gpt1.files import read_json, staged_outputs, write_json
+from gpt1.files import file_record, read_json, staged_outputs, without_timings, write_sealed_json
 from gpt1.model import GPT, LSTMLM
 from gpt1.pretrain import autocast, resolve_precision
 from gpt1.tasks import (
@@ -907,7 +907,6 @@ def declared_outputs(out_dir: str | Path) -> list[Path]:
 def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
     """metrics.json, predictions.jsonl, curves.csv: temp names, renamed together at the end."""
     with staged_outputs(*declared_outputs(out_dir)) as (metrics, predictions, curves):
-        write_json(metrics, result.metrics)
         with open(predictions, "w", encoding="utf-8") as handle:
             for line in result.predictions:
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -915,6 +914,8 @@ def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
             writer = csv.DictWriter(handle, fieldnames=CURVE_FIELDS)
             writer.writeheader()
             writer.writerows(result.curves)
+        files = {PREDICTIONS_FILE: file_record(predictions), CURVES_FILE: file_record(curves)}
+        write_sealed_json(metrics, {**without_timings(result.metrics), "files": files})
 
 
 def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
@@ -949,13 +950,11 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
                    transfer_layers: int | None = None) -> dict[str, Any]:
     """`gpt1 finetune`: fine-tune one task (variant, seed) and evaluate it; write OUT/metrics.json,
     predictions.jsonl and curves.csv together, log an MLflow run. Every input is checked before training; a
-    failure leaves none of the outputs (an earlier run's are removed once the inputs are known to be good)."""
+    failure leaves an earlier run's outputs as they were (they are replaced only by the final renames)."""
     from gpt1.tracking import stage_run
 
     out = Path(out_dir)
     job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers)
-    for path in declared_outputs(out):
-        path.unlink(missing_ok=True)  # an earlier run's files must not sit beside a failed one
     with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg)) as run:
         splits = ",".join(_split_name(p) for p in job.evals)
         run.set_tags({"gpt1.task": job.spec.name, "gpt1.variant": job.variant.name, "gpt1.seed": seed,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import read_json, require_files, staged_outputs, write_json
+from gpt1.files import file_record, read_json, require_files, staged_outputs, without_timings, write_sealed_json
 
 # The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
 CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
@@ -54,16 +54,17 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
         for k in range(n_layer + 1):
             metrics = finetune_run(cfg, task, "pretrained", seed, pretrained_dir, tokenizer_dir,
                                    transfer_layers=k).metrics
-            runs[str(k)] = metrics
+            runs[str(k)] = without_timings(metrics)
             points.append(curve_point(k, metrics))
             run.log_metrics({"train_accuracy": points[-1]["train_accuracy"],
                              "dev_accuracy": points[-1]["dev_accuracy"]}, step=k)
             print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}")
         with staged_outputs(out_dir / "layers.json", out_dir / "layers.csv") as (json_tmp, csv_tmp):
-            write_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points, "runs": runs})
             with open(csv_tmp, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=FIELDS)
                 writer.writeheader()
                 writer.writerows(points)
+            write_sealed_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
+                                         "runs": runs, "files": {"layers.csv": file_record(csv_tmp)}})
         run.log_artifact(out_dir / "layers.csv")
     return points

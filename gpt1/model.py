@@ -1,8 +1,12 @@
 """The GPT-1 decoder (Radford et al., 2018, "Improving Language Understanding by Generative Pre-Training").
 
-Exactly the published architecture (Section 4.1 of the paper and OpenAI's `finetune-transformer-lm` code):
+The published architecture (Section 4.1 of the paper and OpenAI's `finetune-transformer-lm` code), as Hugging Face's
+`modeling_openai.py` ports it -- with one difference from the original code, which we share with that port:
 
-* token embedding + *learned* position embedding, dropout on their sum;
+* token embedding + *learned* position embedding, dropout on their sum. The original code instead drops out
+  elements of the embedding MATRIX (tokens, specials and positions in one matrix `we`) once per forward pass, and the
+  LM head multiplies by that same dropped matrix. We follow the Hugging Face port (dropout on the summed
+  embeddings), so our weights convert to and from it exactly; the paper's text does not specify either;
 * 12 post-LN decoder blocks:  n = LN(x + attn(x));  h = LN(n + mlp(n));
 * masked (causal) multi-head self-attention, 12 heads, 768 wide;
 * position-wise FFN of width 4 * 768 = 3072 with the tanh approximation of GELU;

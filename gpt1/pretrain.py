@@ -53,7 +53,16 @@ from torch import nn
 from tqdm import tqdm
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import file_record, read_json, sha256_file, staged_outputs, verify_file, write_json
+from gpt1.files import (
+    file_record,
+    read_json,
+    sha256_file,
+    staged_outputs,
+    verify_file,
+    without_timings,
+    write_json,
+    write_sealed_json,
+)
 from gpt1.ids import TokenIds, load_ids
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.tokenizer import GPT1Tokenizer
@@ -903,8 +912,8 @@ def finish(job: Job, run: Any | None) -> dict[str, Any]:
     with staged_outputs(*paths) as temps:
         save_weights(job.raw, temps[0], job.metadata(plan.total_steps))
         write_json(temps[1], {**model_meta, "weights": file_record(temps[0])})
-        write_json(temps[2], metrics)
         _write_curves(temps[3], progress.curves)
+        write_sealed_json(temps[2], {**without_timings(metrics), "files": {CURVES_FILE: file_record(temps[3])}})
         for i, temp in enumerate(temps[4:-1]):
             _link_or_copy(job.resume_dir / SNAPSHOT_DIR / snapshot_name(i), temp)
         write_json(temps[-1], sorted(progress.snapshots, key=lambda s: s["index"]))

@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import staged_outputs
+from gpt1.files import read_sealed_json, staged_outputs, verify_file
 from gpt1.metrics import GLUE_COMPONENTS, glue_average
 from gpt1.significance import RESAMPLES, PairedTest, column_test, read_predictions
 from gpt1.tasks import REPORTED, get_task
@@ -197,17 +197,21 @@ def _field(obj: Mapping[str, Any], key: str, kind: str, path: Path, where: str =
     return value
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+def _verified_inputs(sealed: Path, producer: str) -> dict[str, Any]:
+    """The size and sha256 records of the files a stage wrote beside `sealed` (its sealed JSON), checked first."""
+    data = read_sealed_json(sealed, producer, ReportError)
+    return _field(data, "files", "object", sealed)
+
+
+def _verify_beside(path: Path, sealed: Path, producer: str) -> None:
+    """Refuse `path` unless it matches the record its stage wrote in `sealed`."""
+    files = _verified_inputs(sealed, producer)
+    if path.name not in files:
+        raise ReportError(f"{sealed}: records no {path.name}; re-run the {producer} stage")
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ReportError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); re-run the stage that wrote it"
-                          ) from err
-    except UnicodeDecodeError as err:
-        raise ReportError(f"{path}: not UTF-8 text; re-run the stage that wrote it") from err
-    if not isinstance(data, dict):
-        raise ReportError(f"{path}: key '<top level>' is a {type(data).__name__}, expected an object")
-    return data
+        verify_file(path, files[path.name], producer, sealed)
+    except Gpt1Error as err:
+        raise ReportError(str(err)) from None
 
 
 # ---------------------------------------------------------------------------------------------------- fine-tuning
@@ -257,7 +261,7 @@ def _train_cut(data: dict[str, Any], path: Path) -> str | None:
 
 def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run:
     """Validate one finetune metrics.json (gpt1.finetune.build_metrics) and keep what the tables need."""
-    data = _read_json_object(path)
+    data = read_sealed_json(path, "finetune", ReportError)
     for key, kind, expected in (("task", "str", task), ("variant", "str", variant), ("seed", "int", seed)):
         found = _field(data, key, kind, path)
         if found != expected:  # a file copied into the wrong folder would put one run's numbers in another's cell
@@ -365,26 +369,30 @@ def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
         for seed in plan.seeds:
             path = results_dir / "analyses" / "layers" / task / str(seed) / "layers.csv"
             producer = f"gpt1 layers --task {task} --seed SEED"
-            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer)
+            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer, "layers.json")
             if rows is not None:
                 found.layers.setdefault(task, {})[seed] = rows
     for model in _wanted(MODELS, plan.pretrain_models):
         why = None if model in plan.pretrain_models else f"{model} is not in params.yaml pretrain_models"
         path = results_dir / "analyses" / "zeroshot" / model / "zeroshot.csv"
-        rows = _rows_or_gap(found, "figure2_right", path, ZEROSHOT_FIELDS, why, f"gpt1 zeroshot on pretrain/{model}")
+        rows = _rows_or_gap(found, "figure2_right", path, ZEROSHOT_FIELDS, why, f"gpt1 zeroshot on pretrain/{model}",
+                            "zeroshot.json")
         if rows is not None:
             found.zeroshot[model] = rows
         path = results_dir / "pretrain" / model / "curves.csv"
-        rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, f"gpt1 pretrain --model {model}")
+        rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, f"gpt1 pretrain --model {model}",
+                            "metrics.json")
         if rows is not None:
             found.curves[model] = rows
     return found
 
 
 def _rows_or_gap(found: Analyses, figure: str, path: Path, fields: Mapping[str, str], why: str | None,
-                 producer: str) -> list[dict[str, Any]] | None:
-    """The parsed rows, or None after recording the gap in `found`."""
+                 producer: str, sealed: str) -> list[dict[str, Any]] | None:
+    """The parsed rows (verified against the record in the sealed JSON beside them, named `sealed`), or None after
+    recording the gap in `found`."""
     if path.is_file():
+        _verify_beside(path, path.with_name(sealed), producer.split()[1])
         return read_csv_rows(path, fields)
     found.gaps.setdefault(figure, []).append(_gap(path, why, producer))
     return None
@@ -627,6 +635,7 @@ def _predictions(results_dir: Path, finetuned: Finetuned, task: str, variant: st
     for seed in finetuned.of(task, variant):
         path = finetune_path(results_dir, task, variant, seed).with_name("predictions.jsonl")
         if path.is_file():
+            _verify_beside(path, path.with_name("metrics.json"), "finetune")
             runs[seed] = read_predictions(path)
     return runs
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from gpt1.errors import Gpt1Error
-from gpt1.files import read_json, require_files, staged_outputs, write_json
+from gpt1.files import file_record, read_json, require_files, staged_outputs, write_sealed_json
 from gpt1.metrics import accuracy, matthews
 from gpt1.model import GPT, LSTMLM
 from gpt1.tasks import Example, LoadedSplit, evaluation_split, get_task, load_examples, mirror_splits
@@ -535,8 +535,6 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     references = check_references(cfg.root["zeroshot_reference"])
     n_ctx = int(meta["config"]["n_ctx"])
     tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
-    for stale in (out_dir / JSON_FILE, out_dir / CSV_FILE):  # an earlier run's results must not outlive a failure
-        stale.unlink(missing_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kind = meta["kind"]
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
@@ -568,8 +566,8 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
             ],
         }
         with staged_outputs(out_dir / JSON_FILE, out_dir / CSV_FILE) as (json_tmp, csv_tmp):
-            write_json(json_tmp, report)
             _write_csv(csv_tmp, _csv_rows(kind, entries))
+            write_sealed_json(json_tmp, {**report, "files": {CSV_FILE: file_record(csv_tmp)}})
         run.log_artifact(out_dir / JSON_FILE)
         run.log_artifact(out_dir / CSV_FILE)
     return report

@@ -43,8 +43,7 @@ SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "fin
          "finetune.eval_batch_size=16"]  # fmt: skip
 METRIC_KEYS = {"task", "kind", "variant", "seed", "transfer_layers", "reports", "train", "train_metrics",
                "train_metrics_examples", "train_accuracy", "selection", "epochs", "updates", "warmup_updates",
-               "lm_weight", "tokens", "train_seconds", "tokens_per_second", "wall_seconds", "model", "tokenizer",
-               "data"}  # fmt: skip
+               "lm_weight", "tokens", "model", "tokenizer", "data"}  # fmt: skip; timings go to MLflow only
 REPORT_KEYS = {"metrics", "paper_metric", "split", "evaluated_on", "complement_of_train_cut", "paper_split",
                "is_paper_split", "counts", "description"}  # fmt: skip
 COUNT_KEYS = {"train", "eval", "rows_read", "unlabelled_dropped", "capped", "truncated"}
@@ -289,7 +288,7 @@ def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_env:
     assert len(predictions) == sum(b["counts"]["eval"] for b in metrics["reports"].values())
     assert metrics["train"]["examples"] == 16 and metrics["train"]["cut"] is None
     assert metrics["updates"] == 2 == len(curves) and list(curves[0]) == list(CURVE_FIELDS)
-    assert metrics["tokens"] > 0 and metrics["wall_seconds"] > 0
+    assert metrics["tokens"] > 0 and not {"wall_seconds", "train_seconds", "tokens_per_second"} & metrics.keys()
     if variant == "no_aux":
         assert metrics["lm_weight"] == 0.0
         assert all(float(c["loss"]) == pytest.approx(float(c["clf_loss"])) for c in curves)

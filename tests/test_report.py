@@ -18,6 +18,7 @@ from conftest import PARAMS
 
 from gpt1.config import Config, load_config
 from gpt1.errors import Gpt1Error
+from gpt1.files import file_record, read_sealed_json, write_sealed_json
 from gpt1.metrics import glue_average
 from gpt1.report import (
     FIGURES,
@@ -88,16 +89,26 @@ def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str,
 def write_metrics(results: Path, task: str, variant: str, seed: int, **kwargs: Any) -> Path:
     path = results / "finetune" / task / variant / str(seed) / "metrics.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(metrics_json(task, variant, seed, **kwargs), indent=2))
+    write_sealed_json(path, metrics_json(task, variant, seed, **kwargs))
     return path
 
 
-def write_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
+def record_beside(path: Path, sealed_name: str) -> None:
+    """Record `path`'s size and sha256 in the sealed JSON beside it, as the stage that writes both does."""
+    sealed = path.with_name(sealed_name)
+    data = read_sealed_json(sealed, "test") if sealed.is_file() else {}
+    data.setdefault("files", {})[path.name] = file_record(path)
+    write_sealed_json(sealed, data)
+
+
+def write_csv(path: Path, fields: list[str], rows: list[dict[str, Any]], sealed: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+    if sealed is not None:
+        record_beside(path, sealed)
 
 
 def paper_like(task: str, variant: str, rng: np.random.Generator) -> dict[str, dict[str, float]]:
@@ -121,7 +132,7 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
                 rows.append({"layers": k, "train_accuracy": min(dev + 0.08 + 0.004 * k, 1.0), "dev_accuracy": dev,
                              "dev_split": split})
             write_csv(results / "analyses" / "layers" / task / str(seed) / "layers.csv",
-                      ["layers", "train_accuracy", "dev_accuracy", "dev_split"], rows)
+                      ["layers", "train_accuracy", "dev_accuracy", "dev_split"], rows, "layers.json")
     steps = [1, 4, 16, 64, 256, 1024, 1500]
     for model, scale in (("gpt", 1.0), ("lstm", 0.55)):
         rows = []
@@ -132,14 +143,14 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
                 rows.append({"model": model, "step": step, "task": task, "metric": "mcc" if task == "cola"
                              else "accuracy", "raw": value, "normalised": value})
         write_csv(results / "analyses" / "zeroshot" / model / "zeroshot.csv",
-                  ["model", "step", "task", "metric", "raw", "normalised"], rows)
+                  ["model", "step", "task", "metric", "raw", "normalised"], rows, "zeroshot.json")
         curve = []
         for step in range(100, 1501, 100):
             loss = (4.2 if model == "gpt" else 4.6) + 4.0 * math.exp(-step / 300)
             curve.append({"step": step, "tokens": step * 4096, "lr": 1e-4, "train_loss": loss + 0.05,
                           "val_loss": loss, "val_perplexity": math.exp(loss)})
         write_csv(results / "pretrain" / model / "curves.csv",
-                  ["step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity"], curve)
+                  ["step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity"], curve, "metrics.json")
 
 
 def write_everything(results: Path, cfg: Config) -> None:
@@ -346,7 +357,7 @@ def test_a_malformed_file_fails_loudly_naming_file_and_key(tmp_path: Path, where
     _corrupt(data, where, value)
     path = results / "finetune" / "mnli" / "pretrained" / "0" / "metrics.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(data))
+    write_sealed_json(path, data)
     with pytest.raises(ReportError, match=f"{path}: key '{key}'") as raised:
         render_report(config(), results, out)
     assert isinstance(raised.value, Gpt1Error)
@@ -364,10 +375,13 @@ def test_invalid_json_and_csv_fail_naming_the_file(tmp_path: Path) -> None:
     write_analyses(results, (0,))
     layers = results / "analyses" / "layers" / "race" / "0" / "layers.csv"
     layers.write_text(layers.read_text().replace("validation\n", "validation\n3,0.5,high,validation\n", 1))
+    with pytest.raises(ReportError, match=rf"{layers}: \d+ bytes, but .*layers\.json records \d+"):
+        render_report(config(), results, tmp_path / "out")  # changed after its stage recorded it
+    record_beside(layers, "layers.json")
     with pytest.raises(ReportError, match=rf"{layers}: row 3, column 'dev_accuracy' is 'high', expected number"):
         render_report(config(), results, tmp_path / "out")
     curves = results / "pretrain" / "gpt" / "curves.csv"
-    write_csv(curves, ["step", "tokens"], [{"step": 1, "tokens": 2}])
+    write_csv(curves, ["step", "tokens"], [{"step": 1, "tokens": 2}], "metrics.json")
     layers.unlink()
     with pytest.raises(ReportError, match=f"{curves}: column 'train_loss' is missing"):
         render_report(config(), results, tmp_path / "out")
@@ -474,7 +488,7 @@ def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Pa
     assert set(fake["reports"]["mrpc"]) == set(real["reports"]["mrpc"])
     assert set(fake["train"]) == set(real["train"])
     path = tmp_path / "metrics.json"
-    path.write_text(json.dumps(real))
+    write_sealed_json(path, real)
     run = read_finetune_metrics(path, "mrpc", "pretrained", 0)
     assert set(run.scores["mrpc"].metrics) == {"f1", "accuracy"}
 
@@ -543,6 +557,8 @@ def test_table5_tests_the_full_model_against_each_ablation_on_paired_predictions
     folder = results / "finetune" / "rte"
     write_predictions(folder / "pretrained" / "0" / "predictions.jsonl", [("rte", i, i % 2, i % 2) for i in range(40)])
     write_predictions(folder / "lstm" / "0" / "predictions.jsonl", [("rte", i, i % 2, 0) for i in range(40)])
+    for variant in ("pretrained", "lstm"):
+        record_beside(folder / variant / "0" / "predictions.jsonl", "metrics.json")
     render_report(cfg, results, out)
     test = cells(out, "table5")[("full vs lstm", "rte")]
     assert test["source"] == "paired_test" and float(test["value_exact"]) == pytest.approx(50.0)
@@ -551,3 +567,24 @@ def test_table5_tests_the_full_model_against_each_ablation_on_paired_predictions
     assert "| full vs LSTM w/ aux LM |" in markdown and "+50.0 (p 0.00" in markdown
     # no predictions for the other pairs: said, not invented
     assert "RTE (acc): full vs no_aux not tested" in markdown and "CoLA (mc): full vs lstm not tested" in markdown
+
+
+def test_changed_metrics_and_predictions_are_refused_by_their_records(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0])
+    write_everything(results, cfg)
+    path = results / "finetune" / "rte" / "pretrained" / "0" / "metrics.json"
+    path.write_text(path.read_text().replace('"accuracy": 0.', '"accuracy": 1.', 1))  # a number edited by hand
+    with pytest.raises(ReportError, match=rf"{path}: content differs from its recorded content_sha256.*finetune"):
+        render_report(cfg, results, out)
+    write_metrics(results, "rte", "pretrained", 0)
+    from test_significance import write_predictions
+
+    predictions = path.with_name("predictions.jsonl")
+    write_predictions(predictions, [("rte", i, i % 2, i % 2) for i in range(10)])
+    record_beside(predictions, "metrics.json")
+    with open(predictions, "a") as handle:
+        handle.write('{"report": "rte", "split": "validation", "index": 99, "label": 1, "prediction": 1}\n')
+    with pytest.raises(ReportError, match=rf"{predictions}: \d+ bytes, but .*metrics\.json records"):
+        render_report(cfg, results, out)
+    assert not out.exists()

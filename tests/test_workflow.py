@@ -20,10 +20,8 @@ def run(args: list[str], cwd: Path, env: dict) -> str:
     return out.stdout + out.stderr
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """A copy of the repository with params.yaml selecting smoke, after one `snakemake --cores 2`."""
-    root = tmp_path_factory.mktemp("repo")
+def smoke_repo(root: Path) -> tuple[Path, dict, str]:
+    """A copy of the repository in `root` with params.yaml selecting smoke, after one `snakemake --cores 2`."""
     for name in ("workflow", "gpt1"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", "environment.yml"):
@@ -40,6 +38,28 @@ def smoke_run(tmp_path_factory):
     shutil.copy(REPO / ".dvc" / "config", root / ".dvc" / "config")
     log = run([sys.executable, "-m", "snakemake", "--cores", "2"], root, env)
     return root, env, log
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    return smoke_repo(tmp_path_factory.mktemp("repo"))
+
+
+def output_digests(root: Path) -> dict[str, str]:
+    """sha256 of every file of results/smoke but the logs (they hold timings and progress bars)."""
+    import hashlib
+
+    results = root / "results" / "smoke"
+    return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}
+
+
+def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, tmp_path_factory):
+    """Bit-for-bit reproducible on CPU: every output file of the whole smoke pipeline, run again from nothing."""
+    first = output_digests(smoke_run[0])
+    second = output_digests(smoke_repo(tmp_path_factory.mktemp("again"))[0])
+    assert len(first) > 100 and first.keys() == second.keys()
+    assert [name for name in first if first[name] != second[name]] == []
 
 
 def test_snakemake_builds_the_data_stages(smoke_run):

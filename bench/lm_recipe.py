@@ -1,0 +1,127 @@
+"""Pre-training recipes compared on the same token ids and the same validation windows, one factor at a time.
+
+Every arm runs the pipeline's own pre-training (`gpt1.pretrain.pretrain_stage`) on the default profile's encoded
+corpus (results/default/ids, made by `snakemake results/default/ids/train.bin`), with a few `--set`-style overrides
+of params.yaml. Validation windows come from pretrain.seed, so every arm is scored on the same 640 windows, and a
+run's perplexity does not depend on the machine's speed: only the wall times do. Arms run as separate processes,
+`--jobs` at a time with `--threads` torch threads each.
+
+    .venv/bin/python bench/lm_recipe.py --arms baseline,fp32,lr1e-3 --jobs 2 --threads 1
+
+Prints one Markdown row per arm: validation perplexity and loss, updates, tokens, wall time, tokens/s, and the
+perplexity ratio to the first arm. Raw results go to bench/results/lm_recipe.jsonl (one line per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import REPO, machine
+
+# Each arm: overrides of the default profile (dotted keys, as `gpt1 <stage> --set`).
+ARMS: dict[str, list[str]] = {
+    "baseline": [],  # the default profile as committed before this benchmark
+    "fp32": ["pretrain.precision=fp32"],
+    "lr1e-3": ["pretrain.lr=1.0e-3"],
+    "clip1": ["pretrain.grad_clip=1.0"],
+    "warmup200": ["pretrain.warmup_steps=200"],
+    # The plain script's recipe (lr 1e-3, 200 warm-up then cosine, clip 1.0, fp32) on our model and data.
+    "plain": ["pretrain.lr=1.0e-3", "pretrain.warmup_steps=200", "pretrain.grad_clip=1.0", "pretrain.precision=fp32"],
+    "lr2e-3-clip": ["pretrain.lr=2.0e-3", "pretrain.grad_clip=1.0"],
+    "lr3e-3-clip": ["pretrain.lr=3.0e-3", "pretrain.grad_clip=1.0"],
+    "lr2e-3-clip-b16": ["pretrain.lr=2.0e-3", "pretrain.grad_clip=1.0", "pretrain.batch_size=16",
+                        "pretrain.micro_batch_size=16", "pretrain.max_steps=1200"],
+    "lr2e-3-clip-wd0.1": ["pretrain.lr=2.0e-3", "pretrain.grad_clip=1.0", "pretrain.weight_decay=0.1"],
+    "lr2e-3-clip-nodrop": ["pretrain.lr=2.0e-3", "pretrain.grad_clip=1.0", "model.dropout=0.0"],
+}
+RESULTS = Path(__file__).with_name("results") / "lm_recipe.jsonl"
+
+
+def run_arm(name: str, extra: list[str], out: Path) -> dict:
+    """One arm in this process: the pipeline's pre-training with the arm's overrides."""
+    from gpt1.config import load_config
+    from gpt1.pretrain import pretrain_stage
+
+    cfg = load_config(REPO / "params.yaml", "default", ARMS[name] + extra)
+    ids, tokenizer = REPO / "results/default/ids", REPO / "results/default/tokenizer"
+    start = time.perf_counter()
+    metrics = pretrain_stage(cfg, "gpt", ids, tokenizer, out)
+    return {"arm": name, "overrides": ARMS[name] + extra, "val_perplexity": metrics["val_perplexity"],
+            "val_loss": metrics["val_loss"], "steps": metrics["steps"], "tokens": metrics["tokens"],
+            "wall_seconds": time.perf_counter() - start, "tokens_per_second": metrics["tokens_per_second"],
+            "threads": int(os.environ.get("OMP_NUM_THREADS", "0")), "machine": machine()}
+
+
+def launch(name: str, extra: list[str], threads: int, scratch: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{scratch / 'mlflow.db'}"}
+    command = [sys.executable, __file__, "--one", name, "--scratch", str(scratch)]
+    command += [x for o in extra for x in ("--set", o)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def run_all(names: list[str], extra: list[str], jobs: int, threads: int) -> list[dict]:
+    results, running, queue = [], [], list(names)
+    with tempfile.TemporaryDirectory() as scratch:
+        while queue or running:
+            while queue and len(running) < jobs:
+                name = queue.pop(0)
+                running.append((name, launch(name, extra, threads, Path(scratch))))
+            time.sleep(2)
+            for name, proc in list(running):
+                if proc.poll() is None:
+                    continue
+                running.remove((name, proc))
+                out = proc.stdout.read() if proc.stdout else ""
+                if proc.returncode:
+                    print(f"| {name} | failed (exit {proc.returncode}) |", flush=True)
+                    continue
+                result = json.loads(out.strip().splitlines()[-1])
+                results.append(result)
+                RESULTS.parent.mkdir(exist_ok=True)
+                with open(RESULTS, "a") as handle:
+                    handle.write(json.dumps(result) + "\n")
+                print(row(result, results[0]), flush=True)
+    return results
+
+
+def row(result: dict, first: dict) -> str:
+    return (f"| {result['arm']} | {result['val_perplexity']:.1f} | {result['val_loss']:.4f} | {result['steps']} | "
+            f"{result['tokens']:,} | {result['wall_seconds'] / 60:.1f} min | {result['tokens_per_second']:,.0f} | "
+            f"{result['val_perplexity'] / first['val_perplexity']:.3f} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arms", default="baseline,fp32,lr1e-3,clip1,warmup200,plain",
+                        help=f"comma list of: {', '.join(ARMS)}")
+    parser.add_argument("--set", action="append", default=[], dest="extra",
+                        help="an override applied to every arm, e.g. --set pretrain.max_steps=300")
+    parser.add_argument("--jobs", type=int, default=1, help="arms run side by side")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per arm")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        with tempfile.TemporaryDirectory(dir=args.scratch) as out:
+            print(json.dumps(run_arm(args.one, args.extra, Path(out) / "pretrain")))
+        return
+    names = args.arms.split(",")
+    unknown = [n for n in names if n not in ARMS]
+    if unknown:
+        parser.error(f"unknown arm {unknown[0]!r}; valid: {', '.join(ARMS)}")
+    print(f"{machine()}; {args.jobs} arm(s) at a time, {args.threads} thread(s) each; extra: {args.extra or 'none'}")
+    print("| arm | val ppl | val loss | updates | tokens | wall | tokens/s | ppl vs first |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    run_all(names, args.extra, args.jobs, args.threads)
+
+
+if __name__ == "__main__":
+    main()
