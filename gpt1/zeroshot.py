@@ -477,6 +477,11 @@ def list_points(model_dir: Path, meta: dict[str, Any]) -> list[Point]:
     return points
 
 
+def scoring_device() -> torch.device:
+    """CUDA when there is one, else the CPU: the snapshots are scored where fine-tuning would run."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def load_point(point: Point, tokenizer_sha256: str, device: torch.device) -> nn.Module:
     from gpt1.pretrain import load_pretrained
 
@@ -537,7 +542,7 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
     for stale in (out_dir / JSON_FILE, out_dir / CSV_FILE):  # an earlier run's results must not outlive a failure
         stale.unlink(missing_ok=True)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = scoring_device()
     kind = meta["kind"]
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
