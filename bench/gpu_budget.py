@@ -2,6 +2,7 @@
 
     GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/gpu_budget.py --profile gpu
     ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
+    ... --set layers.max_train_examples=null                            # a setting changed
 
 FLOPs per token are gpt1.pretrain.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
 the position embedding; the tied LM head counted once), a third of that for a forward pass. Split into its parts
@@ -48,6 +49,8 @@ MIRROR_BOOK_CHARS = 52_377_526  # the mirror's 99 novels (books/gutenberg/README
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="gpu")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a setting of the profile, as gpt1 --set does")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM datasheet)")
     parser.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation, GPT")
     parser.add_argument("--lstm-mfu", type=float, default=0.20, help="assumed MFU of the LSTM (sequential recurrence)")
@@ -130,11 +133,14 @@ class Line:
     flops: float = 0.0
     seconds: float = 0.0
 
-    def add(self, updates: float, tokens: float, flops: float, mfu: float, args: argparse.Namespace) -> None:
+    def add(self, updates: float, tokens: float, flops: float, mfu: float, args: argparse.Namespace,
+            fixed_cost: bool = True) -> None:
+        """`fixed_cost`: updates pay --update-ms each (eager fine-tuning), else FLOPs alone (compiled pre-training,
+        32k tokens an update)."""
         self.updates += updates
         self.tokens += tokens
         self.flops += flops
-        self.seconds += flops / (args.peak_tflops * 1e12 * mfu) + updates * args.update_ms / 1e3
+        self.seconds += flops / (args.peak_tflops * 1e12 * mfu) + fixed_cost * updates * args.update_ms / 1e3
 
 
 def finetune_cost(line: Line, costs: Costs, lengths: Lengths, train: int, evaluated: int, ft: dict,
@@ -161,14 +167,14 @@ def pretrain_lines(cfg, gpt: Costs, lstm: Costs, args: argparse.Namespace) -> tu
         line = Line(name, jobs=1)
         train = steps * per_step * costs.per_token
         val = evals * p["eval_batches"] * per_step * costs.per_token / 3
-        line.add(0, steps * per_step, train + val, costs.mfu, args)  # compiled, 32k tokens an update: no fixed cost
+        line.add(steps, steps * per_step, train + val, costs.mfu, args, fixed_cost=False)
         lines.append(line)
     return lines, steps * per_step
 
 
 def main() -> None:
     args = parse_args()
-    cfg = load_config(REPO / "params.yaml", args.profile)
+    cfg = load_config(REPO / "params.yaml", args.profile, overrides=args.set)
     model, ft = cfg.p["model"], cfg.p["finetune"]
     if cfg.p["pretrain"]["max_steps"] is None:
         raise SystemExit(f"profile {args.profile}: pretrain.max_steps is null; this estimate needs a step count")
@@ -242,6 +248,7 @@ def render(lines: list[Line], cfg, args: argparse.Namespace, lengths: dict[str, 
     out += ["", "| task | sequences/example | real tokens/example | padded tokens/example (batch "
             f"{cfg.p['finetune']['batch_size']}) |", "|---|---:|---:|---:|"]
     out += [f"| {t} | {x.sequences:.0f} | {x.real:.0f} | {x.padded:.0f} |" for t, x in lengths.items()]
+    out.append("")
     for name, c in costs.items():
         out.append(f"{name}: {c.per_token:,} FLOPs per training token at n_ctx {cfg.p['model']['n_ctx']} "
                    f"(blocks {c.blocks:,}, attention {c.attention_per_ctx:,} x n_ctx, LM head {c.head:,})")
