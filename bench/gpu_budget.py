@@ -22,14 +22,15 @@ from __future__ import annotations
 import argparse
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from common import MIRROR, REPO, machine
 
-from gpt1.config import load_config
+from gpt1.config import Config, load_config
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pretrain import flops_per_token
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
-from gpt1.tokenizer import load_released
+from gpt1.tokenizer import GPT1Tokenizer, load_released
 
 RELEASED = REPO.parent / "shared" / "reference" / "openai-gpt1-bpe"
 RELEASED_VOCAB = 40478
@@ -107,7 +108,7 @@ class Lengths:
     padded_sq: float
 
 
-def measure_lengths(task: str, tokenizer, n_ctx: int, batch: int, sample: int) -> Lengths:
+def measure_lengths(task: str, tokenizer: GPT1Tokenizer, n_ctx: int, batch: int, sample: int) -> Lengths:
     spec = get_task(task)
     present = mirror_splits(spec, MIRROR)
     split = spec.train if spec.train in present else spec.reports[0].validation
@@ -143,7 +144,7 @@ class Line:
         self.seconds += flops / (args.peak_tflops * 1e12 * mfu) + fixed_cost * updates * args.update_ms / 1e3
 
 
-def finetune_cost(line: Line, costs: Costs, lengths: Lengths, train: int, evaluated: int, ft: dict,
+def finetune_cost(line: Line, costs: Costs, lengths: Lengths, train: int, evaluated: int, ft: dict[str, Any],
                   lm_weight: float, args: argparse.Namespace) -> None:
     """One fine-tuning job: epochs over `train` examples, then forward over the evaluated and the training sets."""
     updates = ft["epochs"] * -(-train // ft["batch_size"])
@@ -157,7 +158,7 @@ def capped(n: int, cap: int | None) -> int:
     return n if cap is None else min(n, cap)
 
 
-def pretrain_lines(cfg, gpt: Costs, lstm: Costs, args: argparse.Namespace) -> tuple[list[Line], int]:
+def pretrain_lines(cfg: Config, gpt: Costs, lstm: Costs, args: argparse.Namespace) -> tuple[list[Line], int]:
     p, n_ctx = cfg.p["pretrain"], cfg.p["model"]["n_ctx"]
     steps = p["max_steps"]
     per_step = p["batch_size"] * n_ctx
@@ -209,7 +210,7 @@ def main() -> None:
                  {"GPT": gpt, "LSTM": lstm}))
 
 
-def zeroshot_line(cfg, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], args: argparse.Namespace) -> Line:
+def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], args: argparse.Namespace) -> Line:
     """Forward passes with the LM head over every position: CoLA and SST-2 (train, for the threshold and offset,
     and validation, SST-2 twice: two label words), RACE validation (4 answers); DPRD is small and left out."""
     cap = cfg.p["zeroshot"]["max_examples"]
@@ -225,7 +226,7 @@ def zeroshot_line(cfg, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], arg
     return line
 
 
-def book_tokens(tokenizer, chars: int) -> float:
+def book_tokens(tokenizer: GPT1Tokenizer, chars: int) -> float:
     """Tokens per character of the mirror's novels under the released vocabulary, times their characters."""
     from gpt1.sources import DatasetRef, load_split
 
@@ -234,7 +235,7 @@ def book_tokens(tokenizer, chars: int) -> float:
     return len(tokenizer.encode_batch([text])[0]) / len(text) * MIRROR_BOOK_CHARS
 
 
-def render(lines: list[Line], cfg, args: argparse.Namespace, lengths: dict[str, Lengths], pretrain_tokens: int,
+def render(lines: list[Line], cfg: Config, args: argparse.Namespace, lengths: dict[str, Lengths], pretrain_tokens: int,
            mirror_tokens: float, costs: dict[str, Costs]) -> str:
     out = [f"profile {cfg.profile}; {machine()}; ASSUMED: {args.peak_tflops:g} TFLOP/s bf16 peak, MFU "
            f"{args.mfu:.0%} (GPT) and {args.lstm_mfu:.0%} (LSTM), {args.update_ms:g} ms fixed cost per fine-tuning "
