@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from gpt1.hf import to_hf_model
 from gpt1.model import GPT, GPTConfig
-from gpt1.pretrain import attention_kernels, flops_per_token
+from gpt1.pretrain import attention_kernels, configure_device, flops_per_token, resolve_compile, resolve_precision
 
 CPU_SHAPE = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab": 8400, "batch": 32}
 CUDA_SHAPE = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_ctx": 512, "vocab": 40478, "batch": 64}
@@ -97,38 +98,67 @@ def hf_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
     return model(input_ids=x, labels=x).loss
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How one variant trains: which model, compiled or not, under which autocast dtype (None: fp32)."""
+
+    label: str
+    model: str  # "ours" or "hf"
+    compiled: bool
+    autocast: torch.dtype | None
+
+
+def recipes(device: torch.device) -> dict[str, Recipe]:
+    """The variants --variants can name on `device`. "ours" is what gpt1.pretrain trains with there (its `auto`
+    precision and compile settings: bf16 autocast + torch.compile on CUDA, fp32 eager on the CPU); HF runs eager,
+    under the same autocast as "ours"."""
+    bf16, cuda = torch.bfloat16, device.type == "cuda"
+    dtype, compiled = resolve_precision("auto", device), resolve_compile("auto", device)
+    label = "ours, " + " + ".join(["bf16" if dtype else "fp32", *(["compile"] if compiled else [])])
+    made = {"ours": Recipe(label, "ours", compiled, dtype), "hf": Recipe("HF OpenAIGPT", "hf", False, dtype)}
+    if cuda:
+        made["ours-eager"] = Recipe("ours, bf16 eager", "ours", False, bf16)
+    else:
+        made["bf16"] = Recipe("ours, bf16 autocast", "ours", False, bf16)
+        made["compile"] = Recipe("ours, torch.compile", "ours", True, None)
+    return made
+
+
 def build_variants(args: argparse.Namespace, device: torch.device) -> list[Variant]:
     cfg = GPTConfig(vocab_size=args.vocab, n_ctx=args.n_ctx, n_embd=args.n_embd, n_layer=args.n_layer,
                     n_head=args.n_head)
     torch.manual_seed(0)
     base = GPT(cfg)
-
-    def ours() -> GPT:
-        model = GPT(cfg)
-        model.load_state_dict(base.state_dict())
-        return model.to(device).train()
-
-    bf16 = torch.bfloat16
-    made: dict[str, Callable[[], Variant]] = {
-        "hf": lambda: Variant("HF OpenAIGPT", to_hf_model(base).to(device).train(), hf_loss,
-                              bf16 if device.type == "cuda" else None, device),
-        "bf16": lambda: Variant("ours, bf16 autocast", ours(), ours_loss, bf16, device),
-        "compile": lambda: Variant("ours, torch.compile", torch.compile(ours()), ours_loss, None, device),
-    }
-    if device.type == "cuda":  # what gpt1.pretrain does on CUDA: bf16 autocast + compile
-        made["ours"] = lambda: Variant("ours, bf16 + compile", torch.compile(ours()), ours_loss, bf16, device)
-        made["ours-eager"] = lambda: Variant("ours, bf16 eager", ours(), ours_loss, bf16, device)
-    else:
-        made["ours"] = lambda: Variant("ours, fp32", ours(), ours_loss, None, device)
+    made = recipes(device)
     unknown = [v for v in args.variants if v not in made]
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; valid: {', '.join(made)}")
-    return [made[name]() for name in args.variants]
+
+    def build(recipe: Recipe) -> Variant:
+        if recipe.model == "hf":
+            return Variant(recipe.label, to_hf_model(base).to(device).train(), hf_loss, recipe.autocast, device)
+        model = GPT(cfg)
+        model.load_state_dict(base.state_dict())
+        model = model.to(device).train()
+        return Variant(recipe.label, torch.compile(model) if recipe.compiled else model, ours_loss, recipe.autocast,
+                       device)
+
+    return [build(made[name]) for name in args.variants]
 
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> int:
+    """Bytes of the largest allocation since reset_peak_memory (CUDA); 0 elsewhere (not measured)."""
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
 
 
 def measure(variants: list[Variant], args: argparse.Namespace, device: torch.device) -> None:
@@ -144,15 +174,13 @@ def measure(variants: list[Variant], args: argparse.Namespace, device: torch.dev
         print(f"# warm-up {v.name}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
     for r in range(args.repeats):
         for v in variants[r % len(variants) :] + variants[: r % len(variants)]:  # rotate: no variant always first
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
+            reset_peak_memory(device)
             sync(device)
             start = time.perf_counter()
             v.step(inputs, targets)
             sync(device)
             v.samples.append(args.batch * args.n_ctx / (time.perf_counter() - start))
-            if device.type == "cuda":
-                v.peak_bytes = max(v.peak_bytes, torch.cuda.max_memory_allocated(device))
+            v.peak_bytes = max(v.peak_bytes, peak_memory(device))
 
 
 def matmul_peak(device: torch.device, n: int = 8192, iters: int = 20) -> float:
@@ -225,10 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit("--device cuda: no CUDA device")
-        torch.set_float32_matmul_precision("high")  # TF32, as pre-training sets it
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device")
+    configure_device(device)  # TF32 on CUDA, as pre-training sets it
     variants = build_variants(args, device)
     peak = matmul_peak(device) if device.type == "cuda" else None
     measure(variants, args, device)

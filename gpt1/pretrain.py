@@ -315,13 +315,17 @@ def init_runtime() -> Runtime:
     gloo on CPU."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
+    device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+        dist.init_process_group(ddp_backend(device), device_id=device if device.type == "cuda" else None)
     return Runtime(rank, world, local, device, world > 1)
+
+
+def ddp_backend(device: torch.device) -> str:
+    """The process-group backend: NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device.type == "cuda" else "gloo"
 
 
 def shutdown_runtime(rt: Runtime) -> None:
@@ -353,13 +357,23 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     return torch.autocast(device.type, dtype=dtype)
 
 
+def attention_backends(device: torch.device) -> list[torch.nn.attention.SDPBackend]:
+    """The scaled_dot_product_attention kernels to try, in order: on CUDA flash first, then cuDNN, memory-efficient
+    and the math fallback; empty on other devices (PyTorch's own choice)."""
+    if device.type != "cuda":
+        return []
+    from torch.nn.attention import SDPBackend
+
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
     """On CUDA prefer the flash kernel of scaled_dot_product_attention, falling back to the others."""
-    if device.type != "cuda":
+    order = attention_backends(device)
+    if not order:
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
-    order = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     return sdpa_kernel(order, set_priority=True)
 
 

@@ -477,6 +477,11 @@ def list_points(model_dir: Path, meta: dict[str, Any]) -> list[Point]:
     return points
 
 
+def scoring_device() -> torch.device:
+    """CUDA when there is one, else the CPU: the snapshots are scored where fine-tuning would run."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def load_point(point: Point, tokenizer_sha256: str, device: torch.device) -> nn.Module:
     from gpt1.pretrain import load_pretrained
 
@@ -535,7 +540,7 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     references = check_references(cfg.root["zeroshot_reference"])
     n_ctx = int(meta["config"]["n_ctx"])
     tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = scoring_device()
     kind = meta["kind"]
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}

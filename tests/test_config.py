@@ -44,6 +44,20 @@ def test_paper_profile_is_the_papers_recipe():
     assert (pre["betas"], pre["eps"], pre["weight_decay"]) == ([0.9, 0.999], 1e-8, 0.01)
 
 
+
+def test_gpu_profile_is_the_papers_model_and_finetuning_with_shorter_pretraining():
+    from gpt1.pretrain import make_plan
+
+    paper, gpu = (load_config(REPO / "params.yaml", name).p for name in ("paper", "gpu"))
+    assert gpu["model"] == paper["model"] and gpu["bpe"] == paper["bpe"]
+    assert gpu["finetune"] == paper["finetune"]  # lr 6.25e-5, batch 32, 3 epochs, λ 0.5, no caps
+    assert (gpu["finetune"]["max_train_examples"], gpu["finetune"]["max_eval_examples"]) == (None, None)
+    same = ("batch_size", "lr", "warmup_steps", "betas", "eps", "weight_decay", "compile", "precision")
+    assert {k: gpu["pretrain"][k] for k in same} == {k: paper["pretrain"][k] for k in same}
+    # max_steps ends pre-training on either corpus: the mirror's ~12.8M tokens allow 100 epochs = 39k updates
+    for corpus_tokens in (12_800_000, 250_000_000):
+        assert make_plan(gpu["pretrain"], gpu["model"]["n_ctx"], corpus_tokens, 1).total_steps == 30_000
+
 def test_unknown_key_is_named_with_the_valid_ones():
     message = error_of(broken(lambda r: r["profiles"]["smoke"]["bpe"].update(merge=3)))
     assert "profiles.smoke.bpe.merge" in message and "merges" in message

@@ -87,3 +87,37 @@ def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
     assert any(f"results/{profile}/" in path for stage in dvc.values() for path in stage["outs"])
     exact = [n for n in dvc if n != "report"]
     assert all(snake[n]["deps"] == dvc[n]["deps"] for n in exact)
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table (rule, count) from a dry run's output."""
+    table = dry_run_output[dry_run_output.index("Job stats:"):].splitlines()[3:]
+    counts = {}
+    for line in table:
+        if not line.strip():
+            break
+        rule, count = line.split()
+        counts[rule] = int(count)
+    return counts
+
+
+def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
+    """`snakemake -n --config profile=gpu`, the README's GPU command without running it: every stage planned."""
+    root = workspace(tmp_path, "default")  # params.yaml names another profile: --config alone picks gpu
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "profile=gpu"],
+                         cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    seeds, ablations = len(params["seeds"]), len(params["ablation_tasks"])
+    expected = {
+        "fetch": 1, "clean": 1, "bpe": 1, "encode": 1, "pretrain": len(params["pretrain_models"]),
+        "finetune": len(params["finetune_tasks"]) * len(params["finetune_variants"]) * seeds,
+        "ablation_no_aux": ablations * seeds, "ablation_lstm": ablations * seeds,
+        "layers": len(params["layer_transfer_tasks"]) * seeds, "zeroshot": len(params["pretrain_models"]),
+        "report": 1, "all": 1,
+    }  # fmt: skip
+    counts = job_counts(out.stdout)
+    assert counts.pop("total") == sum(expected.values())
+    assert counts == expected
+    assert "python -m gpt1 pretrain --profile gpu --model gpt" in out.stdout
+    assert "results/default" not in out.stdout

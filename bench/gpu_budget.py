@@ -1,0 +1,262 @@
+"""GPU-hours of a whole profile on one GPU, from FLOPs: an ESTIMATE, not a measurement.
+
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/gpu_budget.py --profile gpu
+    ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
+    ... --set layers.max_train_examples=null                            # a setting changed
+
+FLOPs per token are gpt1.pretrain.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
+the position embedding; the tied LM head counted once), a third of that for a forward pass. Split into its parts
+so that fine-tuning can be costed: the blocks (every padded position), attention (6 n_layer L n_embd at padded
+length L), the LM head (only the real tokens the auxiliary loss reads; forward only when λ = 0).
+
+Counted per fine-tuning job: 3 epochs over the training set (batches padded to their longest sequence, as
+gpt1.finetune collates them), the forward pass over the evaluation splits, and over the training set again (the
+train metrics). Token counts per example are measured on the mirror with the released GPT-1 vocabulary (40,478
+tokens, the paper's; the profile's own 40,000-merge BPE trained on books gives similar counts), on a seeded sample
+per task; the examples per task are the hub's full splits (HUB_SPLITS). Time = FLOPs / (peak x MFU) + updates x
+a fixed cost per update (kernel launches, the optimizer, Python batching: what dominates small fine-tuning batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from common import MIRROR, REPO, machine
+
+from gpt1.config import Config, load_config
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.pretrain import flops_per_token
+from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
+from gpt1.tokenizer import GPT1Tokenizer, load_released
+
+RELEASED = REPO.parent / "shared" / "reference" / "openai-gpt1-bpe"
+RELEASED_VOCAB = 40478
+GLUE8 = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
+# Labelled examples of the hub's full splits: (training, evaluated). Evaluated: validation plus the public-label
+# test split where there is one (an upper bound: the pipeline scores test when present, else validation). Story
+# Cloze trains on 80% of its 1,871 validation stories (the profile's train cut), less a 10% selection slice.
+HUB_SPLITS = {
+    "snli": (549_367, 9_842 + 9_824), "mnli": (392_702, 9_815 + 9_832), "qnli": (104_743, 5_463),
+    "scitail": (23_097, 1_304 + 2_126), "rte": (2_490, 277), "race": (87_866, 4_887 + 4_934),
+    "story_cloze": (1_347, 374 + 1_871), "mrpc": (3_668, 408), "qqp": (363_846, 40_430), "stsb": (5_749, 1_500),
+    "sst2": (67_349, 872), "cola": (8_551, 1_043),
+}
+MIRROR_BOOK_CHARS = 52_377_526  # the mirror's 99 novels (books/gutenberg/README.md)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="gpu")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a setting of the profile, as gpt1 --set does")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM datasheet)")
+    parser.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation, GPT")
+    parser.add_argument("--lstm-mfu", type=float, default=0.20, help="assumed MFU of the LSTM (sequential recurrence)")
+    parser.add_argument("--update-ms", type=float, default=10.0, help="assumed fixed cost per fine-tuning update, ms")
+    parser.add_argument("--sample", type=int, default=1000, help="examples per task whose token counts are measured")
+    parser.add_argument("--book-chars", type=int, default=2_000_000, help="characters of the mirror's novels encoded")
+    return parser.parse_args()
+
+
+@dataclass(frozen=True)
+class Costs:
+    """FLOPs per token of one model's parts, training (forward + backward); a forward pass is a third."""
+
+    blocks: int  # every position
+    attention_per_ctx: int  # times the padded length
+    head: int  # the LM head, real tokens only
+    mfu: float
+    n_ctx: int
+
+    @property
+    def per_token(self) -> int:
+        """flops_per_token: a training token of a full context."""
+        return self.blocks + self.attention_per_ctx * self.n_ctx + self.head
+
+    @classmethod
+    def of(cls, model: GPT | LSTMLM, mfu: float) -> Costs:
+        total = flops_per_token(model)
+        if isinstance(model, GPT):
+            c = model.config
+            attention, head = 6 * c.n_layer * c.n_embd, 6 * model.tokens_embed.weight.numel()
+            return cls(total - attention * c.n_ctx - head, attention, head, mfu, c.n_ctx)
+        head = 6 * sum(p.numel() for p in model.lm_head.parameters())
+        return cls(total - head, 0, head, mfu, model.config.n_ctx)
+
+    def train(self, x: Lengths, lm_weight: float) -> float:
+        """One example, trained on in a shuffled batch padded to its longest sequence."""
+        head = self.head if lm_weight else self.head / 3  # λ = 0: L1 is still computed, without a graph
+        return x.padded * self.blocks + x.padded_sq * self.attention_per_ctx + x.real * head
+
+    def score(self, x: Lengths, lm_head: bool = False) -> float:
+        """One example, forward only, in a batch of similar lengths (scoring sorts by length): no padding."""
+        return (x.real * (self.blocks + (self.head if lm_head else 0)) + x.real_sq * self.attention_per_ctx) / 3
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Per example: sequences, tokens, and the sums of squared lengths attention costs, real and padded to the
+    longest sequence of a shuffled training batch."""
+
+    sequences: float
+    real: float
+    real_sq: float
+    padded: float
+    padded_sq: float
+
+
+def measure_lengths(task: str, tokenizer: GPT1Tokenizer, n_ctx: int, batch: int, sample: int) -> Lengths:
+    spec = get_task(task)
+    present = mirror_splits(spec, MIRROR)
+    split = spec.train if spec.train in present else spec.reports[0].validation
+    examples = load_examples(spec, split, MIRROR, max_examples=sample, seed=0).examples
+    rows = [[len(s) for s in t.sequences] for t in transform_batch(spec, examples, tokenizer, n_ctx)]
+    random.Random(0).shuffle(rows)
+    padded = padded_sq = 0
+    for start in range(0, len(rows), batch):
+        group = rows[start : start + batch]
+        top, count = max(max(r) for r in group), sum(len(r) for r in group)
+        padded, padded_sq = padded + top * count, padded_sq + top * top * count
+    n = len(rows)
+    return Lengths(sum(map(len, rows)) / n, sum(map(sum, rows)) / n, sum(x * x for r in rows for x in r) / n,
+                   padded / n, padded_sq / n)
+
+
+@dataclass
+class Line:
+    what: str
+    jobs: int = 0
+    updates: float = 0.0
+    tokens: float = 0.0
+    flops: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, updates: float, tokens: float, flops: float, mfu: float, args: argparse.Namespace,
+            fixed_cost: bool = True) -> None:
+        """`fixed_cost`: updates pay --update-ms each (eager fine-tuning), else FLOPs alone (compiled pre-training,
+        32k tokens an update)."""
+        self.updates += updates
+        self.tokens += tokens
+        self.flops += flops
+        self.seconds += flops / (args.peak_tflops * 1e12 * mfu) + fixed_cost * updates * args.update_ms / 1e3
+
+
+def finetune_cost(line: Line, costs: Costs, lengths: Lengths, train: int, evaluated: int, ft: dict[str, Any],
+                  lm_weight: float, args: argparse.Namespace) -> None:
+    """One fine-tuning job: epochs over `train` examples, then forward over the evaluated and the training sets."""
+    updates = ft["epochs"] * -(-train // ft["batch_size"])
+    seen = ft["epochs"] * train
+    flops = seen * costs.train(lengths, lm_weight) + (train + evaluated) * costs.score(lengths)
+    line.jobs += 1
+    line.add(updates, seen * lengths.padded, flops, costs.mfu, args)
+
+
+def capped(n: int, cap: int | None) -> int:
+    return n if cap is None else min(n, cap)
+
+
+def pretrain_lines(cfg: Config, gpt: Costs, lstm: Costs, args: argparse.Namespace) -> tuple[list[Line], int]:
+    p, n_ctx = cfg.p["pretrain"], cfg.p["model"]["n_ctx"]
+    steps = p["max_steps"]
+    per_step = p["batch_size"] * n_ctx
+    evals = steps // p["eval_every"] + p["snapshots"]
+    lines = []
+    for name, costs in (("pretrain gpt", gpt), ("pretrain lstm", lstm)):
+        line = Line(name, jobs=1)
+        train = steps * per_step * costs.per_token
+        val = evals * p["eval_batches"] * per_step * costs.per_token / 3
+        line.add(steps, steps * per_step, train + val, costs.mfu, args, fixed_cost=False)
+        lines.append(line)
+    return lines, steps * per_step
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = load_config(REPO / "params.yaml", args.profile, overrides=args.set)
+    model, ft = cfg.p["model"], cfg.p["finetune"]
+    if cfg.p["pretrain"]["max_steps"] is None:
+        raise SystemExit(f"profile {args.profile}: pretrain.max_steps is null; this estimate needs a step count")
+    gpt_model = GPT(GPTConfig(vocab_size=RELEASED_VOCAB, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
+                              n_layer=model["n_layer"], n_head=model["n_head"]))
+    lstm_model = LSTMLM(LSTMConfig(vocab_size=RELEASED_VOCAB, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
+                                   hidden_size=model["lstm_hidden"]))
+    gpt, lstm = Costs.of(gpt_model, args.mfu), Costs.of(lstm_model, args.lstm_mfu)
+    tokenizer = load_released(RELEASED)
+    lengths = {t: measure_lengths(t, tokenizer, model["n_ctx"], ft["batch_size"], args.sample) for t in HUB_SPLITS}
+
+    lines, pretrain_tokens = pretrain_lines(cfg, gpt, lstm, args)
+    finetune, no_aux, lstm_line = Line("finetune (12 tasks x 2 variants)"), Line("ablation_no_aux"), Line(
+        "ablation_lstm")
+    for task, (train, evaluated) in HUB_SPLITS.items():
+        train_n, eval_n = capped(train, ft["max_train_examples"]), capped(evaluated, ft["max_eval_examples"])
+        for _ in range(2):  # pretrained, scratch: the same work
+            finetune_cost(finetune, gpt, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
+        if task in GLUE8:
+            finetune_cost(no_aux, gpt, lengths[task], train_n, eval_n, ft, 0.0, args)
+            finetune_cost(lstm_line, lstm, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
+    layers = Line(f"layers (MNLI, RACE x {model['n_layer'] + 1})")
+    for task in ("mnli", "race"):
+        train, evaluated = HUB_SPLITS[task]
+        train_n = capped(train, cfg.p["layers"]["max_train_examples"] or ft["max_train_examples"])
+        for _ in range(model["n_layer"] + 1):
+            finetune_cost(layers, gpt, lengths[task], train_n, capped(evaluated, ft["max_eval_examples"]), ft,
+                          ft["lm_weight"], args)
+    zeroshot = zeroshot_line(cfg, gpt, lstm, lengths, args)
+    lines += [finetune, no_aux, lstm_line, layers, zeroshot]
+    print(render(lines, cfg, args, lengths, pretrain_tokens, book_tokens(tokenizer, args.book_chars),
+                 {"GPT": gpt, "LSTM": lstm}))
+
+
+def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], args: argparse.Namespace) -> Line:
+    """Forward passes with the LM head over every position: CoLA and SST-2 (train, for the threshold and offset,
+    and validation, SST-2 twice: two label words), RACE validation (4 answers); DPRD is small and left out."""
+    cap = cfg.p["zeroshot"]["max_examples"]
+    scored = {"cola": HUB_SPLITS["cola"][0] + capped(HUB_SPLITS["cola"][1], cap),
+              "sst2": 2 * (HUB_SPLITS["sst2"][0] + capped(HUB_SPLITS["sst2"][1], cap)),
+              "race": capped(4_887, cap)}
+    points = cfg.p["pretrain"]["snapshots"]
+    line = Line(f"zeroshot (2 models x {points} snapshots)", jobs=2)
+    for costs in (gpt, lstm):
+        tokens = points * sum(n * lengths[t].real for t, n in scored.items())
+        flops = points * sum(n * costs.score(lengths[t], lm_head=True) for t, n in scored.items())
+        line.add(0, tokens, flops, costs.mfu, args)
+    return line
+
+
+def book_tokens(tokenizer: GPT1Tokenizer, chars: int) -> float:
+    """Tokens per character of the mirror's novels under the released vocabulary, times their characters."""
+    from gpt1.sources import DatasetRef, load_split
+
+    ds = load_split(DatasetRef("books/gutenberg", "default", "train"), MIRROR, columns=["text"])
+    text = "".join(row["text"] for row in ds.select(range(0, 99, 9)))[:chars]
+    return len(tokenizer.encode_batch([text])[0]) / len(text) * MIRROR_BOOK_CHARS
+
+
+def render(lines: list[Line], cfg: Config, args: argparse.Namespace, lengths: dict[str, Lengths], pretrain_tokens: int,
+           mirror_tokens: float, costs: dict[str, Costs]) -> str:
+    out = [f"profile {cfg.profile}; {machine()}; ASSUMED: {args.peak_tflops:g} TFLOP/s bf16 peak, MFU "
+           f"{args.mfu:.0%} (GPT) and {args.lstm_mfu:.0%} (LSTM), {args.update_ms:g} ms fixed cost per fine-tuning "
+           f"update", "",
+           "| stage | jobs | updates | tokens (padded) | PFLOP | GPU-hours |", "|---|---:|---:|---:|---:|---:|"]
+    for line in lines:
+        out.append(f"| {line.what} | {line.jobs} | {line.updates:,.0f} | {line.tokens / 1e9:,.2f}B | "
+                   f"{line.flops / 1e15:,.0f} | {line.seconds / 3600:.2f} |")
+    total = sum(line.seconds for line in lines)
+    out.append(f"| **total** | | | | {sum(x.flops for x in lines) / 1e15:,.0f} | **{total / 3600:.2f}** |")
+    out += ["", "| task | sequences/example | real tokens/example | padded tokens/example (batch "
+            f"{cfg.p['finetune']['batch_size']}) |", "|---|---:|---:|---:|"]
+    out += [f"| {t} | {x.sequences:.0f} | {x.real:.0f} | {x.padded:.0f} |" for t, x in lengths.items()]
+    out.append("")
+    for name, c in costs.items():
+        out.append(f"{name}: {c.per_token:,} FLOPs per training token at n_ctx {cfg.p['model']['n_ctx']} "
+                   f"(blocks {c.blocks:,}, attention {c.attention_per_ctx:,} x n_ctx, LM head {c.head:,})")
+    out += ["", f"pre-training tokens per model: {pretrain_tokens:,} = {pretrain_tokens / mirror_tokens:.0f} epochs "
+            f"of the mirror's 99 novels (~{mirror_tokens / 1e6:.1f}M tokens with the released vocabulary)"]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
