@@ -27,13 +27,16 @@ def curve_point(k: int, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_layer_settings(cfg: Any) -> Any:
-    """The config the layer-transfer runs use: the fine-tuning recipe, with layers.max_train_examples if set."""
+    """The config the layer-transfer runs use: the fine-tuning recipe, with layers.max_train_examples and
+    layers.max_eval_examples where set (an absent or null key keeps finetune's)."""
     from gpt1.config import Config, apply_overrides
 
-    cap = cfg.section("layers")["max_train_examples"]
-    if cap is None:
+    layers = cfg.section("layers")
+    overrides = [f"finetune.{key}={layers[key]}" for key in ("max_train_examples", "max_eval_examples")
+                 if layers.get(key) is not None]
+    if not overrides:
         return cfg
-    return Config(apply_overrides(cfg.root, cfg.profile, [f"finetune.max_train_examples={cap}"]), cfg.profile)
+    return Config(apply_overrides(cfg.root, cfg.profile, overrides), cfg.profile)
 
 
 def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path):

@@ -184,3 +184,18 @@ def paired_bootstrap(
         deltas[i] = function(t[idx], a[idx]) - function(t[idx], b[idx])
     extreme = int(np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12))
     return BootstrapResult(float(observed), float(deltas.mean()), (1 + extreme) / (1 + n), n)
+
+
+def bootstrap_se(metric: str | Metric, y_true: ArrayLike, y_pred: ArrayLike, n: int = 1000, seed: int = 0) -> float:
+    """Standard error of `metric` on these examples: the standard deviation of its value over `n` resamples of the
+    examples with replacement (the noise of the evaluation set, for one trained model)."""
+    function = metric_function(metric)
+    t, p = _pair(y_true, y_pred)
+    if n < 2:
+        raise MetricError(f"bootstrap standard error: n must be at least 2, got {n}")
+    rng = np.random.default_rng(seed)
+    values = np.empty(n)
+    for i in range(n):
+        idx = rng.integers(0, t.size, size=t.size)
+        values[i] = function(t[idx], p[idx])
+    return float(np.nanstd(values, ddof=1))

@@ -15,7 +15,8 @@ The paper's numbers come from gpt1/paper.yaml only. Rules the tables follow:
   naming the file and the key: a table built around a broken file would look finished and be wrong.
 * Numbers are percent with one decimal, rounded half up as the paper prints them (MNLI 81.75 -> 81.8); Python's
   round() rounds half to even on the binary value, which would print Table 5's full-model average 74.65 as 74.6.
-* Our cells: mean ± sample standard deviation over the seeds present, then (paper X, Δ ours - paper), the
+* Our cells: the mean over the seeds present ± one standard error (over seeds, or a bootstrap over the evaluation
+  examples of one seed), then (paper X, Δ ours - paper), the
   difference taken between the two printed numbers so that a reader can check it.
 * Table 5's Avg is the paper's: the unweighted mean of its 8 columns, MNLI the mean of matched and mismatched. The
   paper's printed average is kept as printed; where it disagrees with the mean of its own printed columns (the LSTM
@@ -41,8 +42,8 @@ import yaml
 
 from gpt1.errors import Gpt1Error
 from gpt1.files import read_sealed_json, staged_outputs, verify_file
-from gpt1.metrics import GLUE_COMPONENTS, glue_average
-from gpt1.significance import RESAMPLES, PairedTest, column_test, read_predictions
+from gpt1.metrics import GLUE_COMPONENTS, bootstrap_se, glue_average
+from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES, PairedTest, column_test, read_predictions
 from gpt1.tasks import REPORTED, get_task
 
 PAPER_FILE = Path(__file__).with_name("paper.yaml")
@@ -463,7 +464,8 @@ class Cell:
     """One table cell. Paper rows: value only. Ours: mean over seeds, sd, the paper's number, footnotes."""
 
     value: float | None = None  # percent, unrounded
-    sd: float | None = None
+    sd: float | None = None  # over seeds (None for one seed)
+    se: float | None = None  # standard error of `value`: sd / sqrt(seeds), or for one seed a bootstrap over examples
     seeds: tuple[int, ...] = ()
     paper: float | None = None
     notes: tuple[str, ...] = ()
@@ -482,23 +484,45 @@ class Cell:
         return difference(self.value, self.paper)
 
     def text(self) -> str:
-        """'79.3 ± 0.4 (paper 82.1, Δ -2.8)'; the paper's blanks stay empty, our gaps are '—'."""
+        """'79.3 ± 0.4 (paper 82.1, Δ -2.8)', ± one standard error; the paper's blanks stay empty, our gaps '—'."""
         if self.value is None:
             return GAP if self.ours else ""
         text = f"{self.shown:.1f}"
-        if self.sd is not None:
-            text += f" ± {round_half_up(self.sd):.1f}"
+        if self.se is not None:
+            text += f" ± {round_half_up(self.se):.1f}"
         if self.ours and self.paper is not None:
             text += f" (paper {self.paper:.1f}" + (f", Δ {self.diff:+.1f})" if self.compare else ")")
         return text
 
 
-def our_cell(values: Mapping[int, float], paper: float | None, notes: Iterable[str], compare: bool = True) -> Cell:
-    """Our cell from {seed: percent}; no values: a gap (its notes say why)."""
+def our_cell(values: Mapping[int, float], paper: float | None, notes: Iterable[str], compare: bool = True,
+             one_seed_se: float | None = None) -> Cell:
+    """Our cell from {seed: percent}; no values: a gap (its notes say why). The standard error is sd / sqrt(n) over
+    several seeds; for one seed, `one_seed_se` (a bootstrap over the evaluation examples) when it is known."""
     if not values:
         return Cell(paper=paper, notes=tuple(dict.fromkeys(notes)), ours=True, compare=compare)
     mean, sd = mean_sd(list(values.values()))
-    return Cell(mean, sd, tuple(sorted(values)), paper, tuple(dict.fromkeys(notes)), True, compare, dict(values))
+    se = sd / math.sqrt(len(values)) if sd is not None else one_seed_se
+    return Cell(mean, sd, se, tuple(sorted(values)), paper, tuple(dict.fromkeys(notes)), True, compare, dict(values))
+
+
+def column_se(run: Run, column: Column) -> float | None:
+    """Bootstrap standard error (percent) of one run's column value over its evaluation examples, from the run's
+    predictions (verified against metrics.json); None without predictions. A column averaging several reports
+    (MNLI: matched and mismatched, scored on disjoint examples) combines their errors as independent."""
+    path = run.path.with_name("predictions.jsonl")
+    if not path.is_file():
+        return None
+    predictions = _verified_predictions(path)
+    errors = []
+    for report, metric in column.components:
+        keys = sorted((k for k in predictions if k[0] == report), key=lambda k: (k[1], k[2], k[3] or ""))
+        if not keys:
+            return None
+        labels = [predictions[k].label for k in keys]
+        errors.append(100.0 * bootstrap_se(metric, labels, [predictions[k].prediction for k in keys],
+                                           n=RESAMPLES, seed=BOOTSTRAP_SEED))
+    return math.sqrt(sum(e * e for e in errors)) / len(errors)
 
 
 @dataclass(frozen=True)
@@ -551,7 +575,9 @@ def task_cell(column: Column, variant: str, finetuned: Finetuned, paper: float |
     notes = gap_notes(finetuned.gaps_of(column.task, variant))
     if runs:
         notes += split_notes(column, runs, beside_paper) + cut_notes(runs)
-    return our_cell({seed: column_value(run, column) for seed, run in runs.items()}, paper, notes)
+    one_seed_se = column_se(next(iter(runs.values())), column) if len(runs) == 1 else None
+    return our_cell({seed: column_value(run, column) for seed, run in runs.items()}, paper, notes,
+                    one_seed_se=one_seed_se)
 
 
 GLUE_NOTE = ("GLUE-style average over the tasks we have ({tasks}{missing}): gpt1.metrics.glue_average, the mean "
@@ -587,8 +613,11 @@ def average_cell(cells: Mapping[str, Cell], paper: float | None) -> Cell:
     if absent or not seeds:
         why = f"missing columns: {', '.join(absent)}" if absent else "no seed has every column"
         return our_cell({}, paper, [f"{AVG_NOTE} Here: {why}"])
+    errors = [c.se for c in cells.values()]
+    one_seed_se = (math.sqrt(sum(e * e for e in errors)) / len(errors)
+                   if len(seeds) == 1 and all(e is not None for e in errors) else None)  # columns as independent
     return our_cell({s: float(np.mean([c.per_seed[s] for c in cells.values()])) for s in sorted(seeds)},
-                    paper, [AVG_NOTE])
+                    paper, [AVG_NOTE], one_seed_se=one_seed_se)
 
 
 def _paper_method(row: Mapping[str, Any]) -> str:
@@ -605,8 +634,11 @@ def paper_row(row: Mapping[str, Any], columns: Sequence[Column], label: str | No
 
 def table_notes(name: str, paper: Mapping[str, Any], seeds: Sequence[int]) -> list[str]:
     splits = paper["splits"]
-    notes = [f"Our rows: percent (MCC, F1 and correlations × 100), one decimal, rounded half up; mean ± sample "
-             f"standard deviation over the seeds present (params.yaml seeds: {', '.join(map(str, seeds))}); in "
+    notes = [f"Our rows: percent (MCC, F1 and correlations × 100), one decimal, rounded half up; the mean "
+             f"over the seeds present (params.yaml seeds: {', '.join(map(str, seeds))}) ± one standard error: "
+             f"sd / sqrt(seeds) over several seeds; for one seed, a bootstrap over the evaluation examples "
+             f"({RESAMPLES} resamples of the run's predictions; averages combine their columns' errors as "
+             f"independent; the GLUE-style average shows none); in "
              f"brackets the paper's number and Δ = ours - paper, between the printed numbers. {GAP}: no result "
              f"(the footnote names the missing file)."]
     notes += {"table2": [splits["glue_test_server"], splits["public_test"]], "table3": [splits["public_test"]],
@@ -635,9 +667,14 @@ def _predictions(results_dir: Path, finetuned: Finetuned, task: str, variant: st
     for seed in finetuned.of(task, variant):
         path = finetune_path(results_dir, task, variant, seed).with_name("predictions.jsonl")
         if path.is_file():
-            _verify_beside(path, path.with_name("metrics.json"), "finetune")
-            runs[seed] = read_predictions(path)
+            runs[seed] = _verified_predictions(path)
     return runs
+
+
+def _verified_predictions(path: Path) -> dict:
+    """One run's predictions, checked against the record in the metrics.json beside them first."""
+    _verify_beside(path, path.with_name("metrics.json"), "finetune")
+    return read_predictions(path)
 
 
 def ablation_tests(results_dir: Path, columns: Sequence[Column], variants: Sequence[str],
@@ -806,7 +843,8 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-CSV_COLUMNS = ("table", "method", "source", "variant", "column", "label", "value", "sd", "seeds", "paper", "diff",
+CSV_COLUMNS = ("table", "method", "source", "variant", "column", "label", "value", "se", "sd", "seeds", "paper",
+               "diff",
                "value_exact", "text", "notes", "p_value", "examples")
 
 
@@ -825,6 +863,7 @@ def to_csv(table: Table) -> str:
             writer.writerow({
                 "table": table.name, "method": row.method, "source": row.source, "variant": row.variant or "",
                 "column": column.key, "label": column.label, "value": _num(cell.shown),
+                "se": _num(None if cell.se is None else round_half_up(cell.se)),
                 "sd": _num(None if cell.sd is None else round_half_up(cell.sd)),
                 "seeds": " ".join(map(str, cell.seeds)), "paper": _num(cell.paper), "diff": _num(cell.diff),
                 "value_exact": _num(cell.value, 4), "text": cell.text(), "notes": " | ".join(cell.notes),

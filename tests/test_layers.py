@@ -16,6 +16,8 @@ def test_layer_runs_use_their_own_training_subset():
     capped = with_layer_settings(cfg)
     assert capped.section("finetune")["max_train_examples"] == cfg.section("layers")["max_train_examples"]
     assert capped.section("finetune")["lr"] == cfg.section("finetune")["lr"]
+    evaluated = with_layer_settings(load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"]))
+    assert evaluated.section("finetune")["max_eval_examples"] == 123
     smoke = load_config(REPO / "params.yaml", "smoke")
     assert with_layer_settings(smoke) is smoke  # null keeps the fine-tuning recipe
 

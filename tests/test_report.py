@@ -212,23 +212,23 @@ def test_table5_keeps_the_paper_average_and_footnotes_the_lstm_discrepancy(tmp_p
 # ---------------------------------------------------------------------------------------------------- cells
 
 
-def test_cells_show_mean_sd_paper_and_difference_over_two_seeds(tmp_path: Path) -> None:
+def test_cells_show_mean_se_paper_and_difference_over_two_seeds(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "out"
     for seed, (m, mm) in enumerate([(0.80, 0.78), (0.82, 0.79)]):
         write_metrics(results, "mnli", "pretrained", seed, values={"mnli_m": {"accuracy": m},
                                                                    "mnli_mm": {"accuracy": mm}}, cut=MNLI_CUT)
     render_report(config(seeds=[0, 1]), results, out)
     cell = cells(out, "table2")[("ours (pretrained)", "mnli_m")]
-    # mean 81.0, sample sd 1.414; the paper 82.1; Δ = 81.0 - 82.1
-    assert (cell["value"], cell["sd"], cell["seeds"], cell["paper"], cell["diff"]) == ("81.0", "1.4", "0 1",
-                                                                                       "82.1", "-1.1")
-    assert cell["text"] == "81.0 ± 1.4 (paper 82.1, Δ -1.1)"
+    # mean 81.0, sample sd 1.414, standard error 1.414 / sqrt(2) = 1.0; the paper 82.1; Δ = 81.0 - 82.1
+    assert (cell["value"], cell["sd"], cell["se"], cell["seeds"], cell["paper"], cell["diff"]) == (
+        "81.0", "1.4", "1.0", "0 1", "82.1", "-1.1")
+    assert cell["text"] == "81.0 ± 1.0 (paper 82.1, Δ -1.1)"
     assert float(cell["value_exact"]) == pytest.approx(81.0)
     # Table 5's MNLI is the mean of matched and mismatched: seeds 79.0 and 80.5, mean 79.75 -> 79.8 (half up)
     table5 = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "mnli")]
     assert (table5["value"], table5["paper"], table5["diff"]) == ("79.8", "81.8", "-2.0")
     markdown = (out / "tables" / "table2.md").read_text()
-    assert "81.0 ± 1.4 (paper 82.1, Δ -1.1) [" in markdown
+    assert "81.0 ± 1.0 (paper 82.1, Δ -1.1) [" in markdown
 
 
 def test_footnotes_name_the_split_the_cut_and_the_glue_server(tmp_path: Path) -> None:
@@ -588,3 +588,21 @@ def test_changed_metrics_and_predictions_are_refused_by_their_records(tmp_path: 
     with pytest.raises(ReportError, match=rf"{predictions}: \d+ bytes, but .*metrics\.json records"):
         render_report(cfg, results, out)
     assert not out.exists()
+
+
+def test_one_seed_cells_carry_a_bootstrap_standard_error_from_the_predictions(tmp_path: Path) -> None:
+    from test_significance import write_predictions
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0])
+    write_everything(results, cfg)
+    predictions = results / "finetune" / "rte" / "pretrained" / "0" / "predictions.jsonl"
+    rows = [("rte", i, i % 2, (i % 2) if i % 4 else 1 - i % 2) for i in range(400)]  # 75% right
+    write_predictions(predictions, rows)
+    record_beside(predictions, "metrics.json")
+    render_report(cfg, results, out)
+    cell = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "rte")]
+    # sqrt(p (1 - p) / n) = sqrt(0.75 * 0.25 / 400) = 2.17 points: the bootstrap agrees to a tenth or two
+    assert float(cell["se"]) == pytest.approx(2.2, abs=0.2) and " ± " in cell["text"]
+    no_predictions = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "cola")]
+    assert no_predictions["se"] == "" and " ± " not in no_predictions["text"]
