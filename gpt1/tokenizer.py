@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -237,6 +238,30 @@ def _truncate_merges(backend: Tokenizer, merges: int, pretokenizer: str) -> Toke
     return build_backend(pretokenizer, _bare_bpe(canonical_vocab(base, kept), kept))
 
 
+def word_counts(texts: Iterable[str], pretokenizer: str, words: Iterable[list[str]] | None = None) -> Counter:
+    """How often each pre-tokenised word occurs: `words` (lists of spacy words) or the words of `texts`."""
+    if pretokenizer == "spacy":
+        pieces = words if words is not None else (w for t in texts for w in spacy_pieces(t))
+        return Counter(word for piece in pieces for word in piece)
+    probe = build_backend("fast", _bare_bpe())
+    return Counter(word for t in texts
+                   for word, _ in probe.pre_tokenizer.pre_tokenize_str(probe.normalizer.normalize_str(t)))
+
+
+def kept_alphabet(counts: Counter, limit: int) -> list[str]:
+    """The `limit` most frequent characters, ties broken by code point (the trainer breaks them in hash order)."""
+    chars: Counter = Counter()
+    for word, n in counts.items():
+        for c in word:
+            chars[c] += n
+    return sorted(sorted(chars, key=lambda c: (-chars[c], c))[:limit])
+
+
+def _repeated(counts: Counter) -> Iterator[list[str]]:
+    for word in sorted(counts):
+        yield [word] * counts[word]
+
+
 def train(
     texts: Iterable[str],
     pretokenizer: str,
@@ -245,21 +270,26 @@ def train(
     min_frequency: int = 2,
     words: Iterable[list[str]] | None = None,
 ) -> GPT1Tokenizer:
-    """Learn `merges` BPE merges from `texts` (or, for `spacy`, from already pre-tokenised `words` lists)."""
+    """Learn `merges` BPE merges from `texts` (or, for `spacy`, from already pre-tokenised `words` lists).
+
+    The same corpus gives the same merges and ids in every process. The trainer numbers the end-of-word forms of
+    the characters ('a</w>') in hash-map order and breaks ties between equally frequent pairs by those numbers, so
+    the merges themselves could change from run to run. Here the alphabet is chosen beforehand (ties by code point)
+    and the end-of-word forms are registered first, in sorted order: every id, hence every tie, is fixed."""
+    counts = word_counts(texts, pretokenizer, words)
+    alphabet = kept_alphabet(counts, limit_alphabet)
+    enders = {word[-1] for word in counts}
     backend = build_backend(pretokenizer, _bare_bpe())
     trainer = trainers.BpeTrainer(
         vocab_size=1 + 2 * limit_alphabet + merges,  # an upper bound; merges are cut to the exact count below
         min_frequency=min_frequency,
-        special_tokens=[UNK],
-        limit_alphabet=limit_alphabet,
+        special_tokens=[UNK, *(c + SUFFIX for c in alphabet if c in enders)],
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
         end_of_word_suffix=SUFFIX,
         show_progress=False,
     )
-    if pretokenizer == "spacy":
-        stream: Iterator = iter(words) if words is not None else (w for t in texts for w in spacy_pieces(t))
-    else:
-        stream = iter(texts)
-    backend.train_from_iterator(stream, trainer=trainer)
+    backend.train_from_iterator(_repeated(counts), trainer=trainer)
     return GPT1Tokenizer(_truncate_merges(backend, merges, pretokenizer), pretokenizer)
 
 

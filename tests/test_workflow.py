@@ -59,7 +59,8 @@ def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, tmp_path
     first = output_digests(smoke_run[0])
     second = output_digests(smoke_repo(tmp_path_factory.mktemp("again"))[0])
     assert len(first) > 100 and first.keys() == second.keys()
-    assert [name for name in first if first[name] != second[name]] == []
+    differing = [name for name in first if first[name] != second[name]]
+    assert differing == [], f"{len(differing)} files differ, e.g. {differing[:12]}"
 
 
 def test_snakemake_builds_the_data_stages(smoke_run):

@@ -1,0 +1,97 @@
+"""Fine-tuning learning curves for planning the default profile: training examples x epochs -> score ± SE, and cost.
+
+    .venv/bin/python bench/learning_curves.py --tasks sst2,rte,cola --sizes 200,400,1600 --epochs 1,3
+
+Each point fine-tunes the default profile's pre-trained GPT (results/default/pretrain/gpt) and, with
+`--variants pretrained,scratch`, the same architecture from scratch, through the pipeline's own `prepare_job` and
+`finetune_job`. Nothing is scored on a split the tables report: the training data comes from the first 80% of a
+seeded shuffle of the task's training split, and every point is scored on the same held-out 20% (at most
+`--holdout` examples). The score is the task's paper metric with a bootstrap standard error over those examples,
+and the wall time of the job (loading, training, scoring) is its cost. Prints one Markdown row per point and
+appends raw results to bench/results/learning_curves.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+from common import REPO, machine
+
+HOLDOUT_FRACTION = 0.2
+RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"
+
+
+def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int):
+    """A fine-tuning job trained on `size` examples of train[0%:80%], evaluated on train[80%:100%] instead of the
+    task's reported split."""
+    from gpt1.config import load_config
+    from gpt1.finetune import EvalPart, data_source, load_part, prepare_job
+    from gpt1.tasks import Cut, get_task
+
+    spec = get_task(task)
+    overrides = [f"finetune.max_train_examples={size}", f"finetune.epochs={epochs}",
+                 f"finetune.max_eval_examples={holdout}",
+                 f"finetune.train_cuts.{task}={{split: train, fraction: {1 - HOLDOUT_FRACTION}, seed: 0}}"]
+    cfg = load_config(REPO / "params.yaml", "default", overrides)
+    results = REPO / "results" / "default"
+    job = prepare_job(cfg, task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
+    rest = Cut("train", 1 - HOLDOUT_FRACTION, 1.0, 0)
+    part = load_part(spec, "train", "train", rest, holdout, data_source(cfg, spec), job.tokenizer,
+                     job.model.lm.config.n_ctx)
+    reports = [spec.reports[-1]]  # one report over every configuration (RACE: both), scored on the held-out part
+    job.evals = [EvalPart(part.loaded, part.transformed, part.split, part.cut, reports)]
+    return job, reports[0].name
+
+
+def run_point(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int) -> dict:
+    from gpt1.finetune import finetune_job
+    from gpt1.metrics import bootstrap_se
+    from gpt1.tasks import get_task
+
+    start = time.perf_counter()
+    job, report = holdout_job(task, variant, size, epochs, holdout, seed)
+    result = finetune_job(job)
+    seconds = time.perf_counter() - start
+    spec = get_task(task)
+    lines = [p for p in result.predictions if p["report"] == report]
+    se = bootstrap_se(spec.paper_metric, [p["label"] for p in lines], [p["prediction"] for p in lines])
+    score = result.metrics["reports"][report]["metrics"][spec.paper_metric]
+    return {"task": task, "variant": variant, "train_examples": len(job.train.examples), "epochs": epochs,
+            "seed": seed, "metric": spec.paper_metric, "score": score, "se": se, "holdout_examples": len(lines),
+            "updates": result.metrics["updates"], "seconds": seconds,
+            "threads": int(os.environ.get("OMP_NUM_THREADS", "0")), "machine": machine(),
+            "recipe": dataclasses.asdict(job.recipe)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="sst2,rte,cola")
+    parser.add_argument("--variants", default="pretrained,scratch")
+    parser.add_argument("--sizes", default="200,400,1600", help="training examples (a seeded subset)")
+    parser.add_argument("--epochs", default="3")
+    parser.add_argument("--holdout", type=int, default=1000, help="held-out training examples scored, at most")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(f"{machine()}; held-out {HOLDOUT_FRACTION:.0%} of each training split (at most {args.holdout} examples)")
+    print("| task | variant | train examples | epochs | score ± SE | updates | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    RESULTS.parent.mkdir(exist_ok=True)
+    for task in args.tasks.split(","):
+        for variant in args.variants.split(","):
+            for epochs in map(int, args.epochs.split(",")):
+                for size in map(int, args.sizes.split(",")):
+                    point = run_point(task, variant, size, epochs, args.holdout, args.seed)
+                    with open(RESULTS, "a") as handle:
+                        handle.write(json.dumps(point) + "\n")
+                    print(f"| {task} | {variant} | {point['train_examples']} | {epochs} | "
+                          f"{100 * point['score']:.1f} ± {100 * point['se']:.1f} | {point['updates']} | "
+                          f"{point['seconds']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
