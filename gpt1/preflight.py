@@ -1,0 +1,154 @@
+"""Checks of a stage's arguments that take milliseconds, run before it loads data, trains or opens an MLflow run:
+the output folder can be written, input folders are folders, a corpus split is not empty. And, after a failure
+that names no file (a library's JSON or tokenizers error), the input file at fault."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from argparse import Namespace
+from pathlib import Path
+
+from gpt1.errors import Gpt1Error
+
+# Arguments naming the folder of an earlier stage, and that stage.
+INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "encode", "pretrained": "pretrain",
+                 "model_dir": "pretrain"}
+# Of those, the ones that must be folders (--pretrained may also be a weights file or a hub id).
+FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir")
+CORPUS_SPLITS = ("train.jsonl", "validation.jsonl")
+TOKENIZER_META_KEYS = ("pretokenizer", "sha256")
+
+
+def _flag(attr: str) -> str:
+    return "--" + attr.replace("_", "-")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest part of `path` that exists (the path itself when it does)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_names(out: Path, ancestor: Path) -> None:
+    """Folder names the file system cannot hold, found before the stage's work rather than at its last rename."""
+    limit = os.pathconf(ancestor, "PC_NAME_MAX")
+    for part in out.relative_to(ancestor).parts:
+        if len(os.fsencode(part)) > limit:
+            raise Gpt1Error(f"--out {out}: the name {part[:20]}... is longer than {limit} bytes; choose a shorter one")
+
+
+def check_output_folder(out: Path) -> None:
+    """Fail in milliseconds when the stage could not write its outputs: a file in the way, a folder it may not
+    write, a name too long. Creates nothing."""
+    try:
+        ancestor = _existing_ancestor(out)
+    except OSError as err:
+        raise Gpt1Error(f"--out {out}: cannot be reached ({err.strerror}); fix the permissions of its folders or "
+                        f"choose another --out") from err
+    if not ancestor.is_dir():
+        what = "is a file" if ancestor == out else f"is inside {ancestor}, which is a file"
+        raise Gpt1Error(f"--out {out}: {what}, not a folder; choose another --out")
+    _check_names(out, ancestor)
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as err:
+        raise Gpt1Error(f"--out {out}: cannot write in {ancestor} ({err.strerror}); fix its permissions or choose "
+                        f"another --out") from err
+
+
+def check_input_folders(args: Namespace) -> None:
+    for attr in FOLDER_ONLY:
+        path = getattr(args, attr, None)
+        if path is not None and Path(path).is_file():
+            raise Gpt1Error(f"{_flag(attr)} {path}: a file; pass the folder gpt1 {INPUT_FOLDERS[attr]} wrote "
+                            f"(here perhaps {Path(path).parent})")
+
+
+def check_corpus_documents(args: Namespace) -> None:
+    """An empty split would train a BPE of nothing without a word (the bpe stage succeeds on it)."""
+    corpus = getattr(args, "corpus", None)
+    for name in CORPUS_SPLITS if corpus is not None else ():
+        split = Path(corpus) / name
+        if split.is_file() and split.stat().st_size == 0:
+            raise Gpt1Error(f"{split}: no documents; re-run gpt1 clean, and check that the corpus section of "
+                            f"params.yaml gives documents")
+
+
+def check_stage(args: Namespace) -> None:
+    """Everything above for the arguments this stage has, and the MLflow store every stage logs into."""
+    check_input_folders(args)
+    check_corpus_documents(args)
+    out = getattr(args, "out", None)
+    if out is not None:
+        from gpt1.tracking import check_store
+
+        check_output_folder(Path(out))
+        check_store()
+
+
+# ---------------------------------------------------------------------------------------------------- post-mortem
+
+
+def json_problem(path: Path) -> str | None:
+    """Why `path` is not a readable JSON file, or None."""
+    try:
+        json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return f"not UTF-8 text (byte {err.start})"
+    except json.JSONDecodeError as err:
+        return f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+    except OSError as err:
+        return f"cannot be read ({err.strerror})"
+    return None
+
+
+def _tokenizer_problem(folder: Path) -> tuple[Path, str] | None:
+    """A tokenizer folder whose files parse as JSON but do not load, or lack the keys gpt1 reads."""
+    meta, backend = folder / "gpt1_tokenizer.json", folder / "tokenizer.json"
+    if meta.is_file():
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        missing = [key for key in TOKENIZER_META_KEYS if not isinstance(data, dict) or key not in data]
+        if missing:
+            return meta, f"lacks {', '.join(missing)}"
+    if backend.is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(backend))
+        except Exception as err:  # tokenizers raises plain Exception
+            return backend, f"not a tokenizers file ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+    return None
+
+
+def _json_files(folder: Path) -> list[Path]:
+    """JSON files a stage wrote in `folder` and its subfolders (snapshots/), temp files left out."""
+    found = [*folder.glob("*.json"), *folder.glob("*/*.json")]
+    return sorted(p for p in found if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def _folder_problem(folder: Path) -> tuple[Path, str] | None:
+    for path in _json_files(folder):
+        problem = json_problem(path)
+        if problem:
+            return path, problem
+    return _tokenizer_problem(folder)
+
+
+def diagnose_inputs(args: Namespace) -> str | None:
+    """After a failure that names no file: the first unreadable file among the stage's input folders, as one line
+    naming it and the stage to re-run; None when they all read."""
+    for attr, producer in INPUT_FOLDERS.items():
+        folder = getattr(args, attr, None)
+        if folder is None or not Path(folder).is_dir():
+            continue
+        found = _folder_problem(Path(folder))
+        if found:
+            path, problem = found
+            if (Path(folder) / "config.json").is_file() and not (Path(folder) / "model.json").is_file():
+                producer = "export"  # a Hugging Face folder
+            return f"{path}: {problem}; re-run gpt1 {producer} (it writes {_flag(attr)} {folder})"
+    return None
