@@ -4,6 +4,7 @@ that names no file (a library's JSON or tokenizers error), the input file at fau
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -25,9 +26,18 @@ def _flag(attr: str) -> str:
     return "--" + attr.replace("_", "-")
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            return False  # _check_names says which part
+        raise
+
+
 def _existing_ancestor(path: Path) -> Path:
     """The nearest part of `path` that exists (the path itself when it does)."""
-    while not path.exists() and path != path.parent:
+    while not _exists(path) and path != path.parent:
         path = path.parent
     return path
 
@@ -124,15 +134,33 @@ def _tokenizer_problem(folder: Path) -> tuple[Path, str] | None:
     return None
 
 
-def _json_files(folder: Path) -> list[Path]:
-    """JSON files a stage wrote in `folder` and its subfolders (snapshots/), temp files left out."""
-    found = [*folder.glob("*.json"), *folder.glob("*/*.json")]
+def jsonl_problem(path: Path) -> str | None:
+    """Why `path` is not a JSON-lines file, naming the line, or None. Reads it all: only after a failure."""
+    try:
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    json.loads(line.decode("utf-8"))
+                except UnicodeDecodeError as err:
+                    return f"line {number} is not UTF-8 text (byte {err.start})"
+                except json.JSONDecodeError as err:
+                    return f"line {number} is not JSON ({err.msg})"
+    except OSError as err:
+        return f"cannot be read ({err.strerror})"
+    return None
+
+
+def _stage_files(folder: Path, pattern: str) -> list[Path]:
+    """Files a stage wrote in `folder` and its subfolders (snapshots/), temp files left out."""
+    found = [*folder.glob(pattern), *folder.glob(f"*/{pattern}")]
     return sorted(p for p in found if not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def _folder_problem(folder: Path) -> tuple[Path, str] | None:
-    for path in _json_files(folder):
-        problem = json_problem(path)
+    checks = [(path, json_problem) for path in _stage_files(folder, "*.json")]
+    checks += [(path, jsonl_problem) for path in _stage_files(folder, "*.jsonl")]
+    for path, check in checks:
+        problem = check(path)
         if problem:
             return path, problem
     return _tokenizer_problem(folder)
