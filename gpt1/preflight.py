@@ -171,9 +171,10 @@ def diagnose_inputs(args: Namespace) -> str | None:
     naming it and the stage to re-run; None when they all read."""
     for attr, producer in INPUT_FOLDERS.items():
         folder = getattr(args, attr, None)
-        if folder is None or not Path(folder).is_dir():
-            continue
-        found = _folder_problem(Path(folder))
+        try:
+            found = _folder_problem(Path(folder)) if folder is not None and Path(folder).is_dir() else None
+        except (OSError, ValueError):
+            continue  # a folder it cannot read is not where to look: the error itself is reported then
         if found:
             path, problem = found
             if (Path(folder) / "config.json").is_file() and not (Path(folder) / "model.json").is_file():

@@ -112,8 +112,12 @@ def _check_sqlite(path: Path) -> None:
         return  # MLflow creates it
     if not path.is_file():
         raise TrackingError(f"{path}: the MLflow store is not a file; set MLFLOW_TRACKING_URI to a sqlite file")
-    with open(path, "rb") as handle:
-        header = handle.read(100)
+    try:
+        with open(path, "r+b") as handle:  # r+: a store MLflow could not write fails here, by name
+            header = handle.read(100)
+    except PermissionError as err:
+        raise TrackingError(f"{path}: the MLflow store is read-only ({err.strerror}); fix its permissions or set "
+                            f"MLFLOW_TRACKING_URI to a writable store") from err
     if not header:
         return  # an empty file is an empty database
     problem = _sqlite_size_problem(path, header)

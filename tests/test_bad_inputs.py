@@ -16,14 +16,19 @@ import hashlib
 import json
 import re
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import PARAMS, TINY, tiny_config
+from conftest import PARAMS, REPO, TINY, gpt1_command, tiny_config
 
 from gpt1.cli import main
 
@@ -601,3 +606,208 @@ def test_bad_input_is_one_line_and_changes_nothing(case, world, scratch, tmp_pat
     assert digest(w) == before
     assert seconds < case.seconds
     assert not Path("/tmp/gpt1-unpickled-code-ran").exists()
+
+
+# ------------------------------------------------------------------------------------------------ permissions
+
+
+NOBODY = 65534
+
+
+@contextlib.contextmanager
+def as_nobody() -> Iterator[None]:
+    """Root writes anywhere: drop to nobody for the call (back to root after). Others are refused by the modes."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.fixture
+def readonly(mlflow_db: str) -> Iterator[Path]:
+    """A root-owned folder others may enter but not write, in /tmp (nobody cannot enter pytest's own folders): a
+    finished output inside, a params file only root may read, an MLflow store nobody may write, and one folder
+    anyone may write."""
+    folder = Path(tempfile.mkdtemp(prefix="gpt1-readonly-"))
+    try:
+        (folder / "out").mkdir()
+        (folder / "out/raw.jsonl").write_text('{"id": "previous", "text": "finished"}\n')
+        shutil.copy(PARAMS, folder / "params.yaml")
+        (folder / "params.yaml").chmod(0o600)
+        shutil.copy(mlflow_db.removeprefix("sqlite:///"), folder / "mlflow.db")
+        (folder / "mlflow.db").chmod(0o644)
+        (folder / "writable").mkdir(mode=0o777)
+        (folder / "writable").chmod(0o777)
+        for path in (folder, folder / "out"):
+            path.chmod(0o555)
+        yield folder
+    finally:
+        for path in (folder, folder / "out"):
+            path.chmod(0o755)
+        shutil.rmtree(folder)
+
+
+PERMISSION_CASES = [
+    Case("fs/unwritable-out", fetch(), "--out {ro}/out: cannot write in {ro}/out (Permission denied)",
+         extra=("--out", "{ro}/out")),
+    Case("fs/unwritable-out-parent", fetch(), "--out {ro}/out/new/raw: cannot write in {ro}/out (Permission denied)",
+         extra=("--out", "{ro}/out/new/raw")),
+    Case("params/unreadable", config(), "{ro}/params.yaml: cannot be read (Permission denied)",
+         extra=("--params", "{ro}/params.yaml"), code=2),
+    Case("mlflow/read-only-store", fetch(), "{ro}/mlflow.db: the MLflow store is read-only",
+         extra=("--out", "{ro}/writable/raw"), env={"MLFLOW_TRACKING_URI": "sqlite:///{ro}/mlflow.db"}),
+]
+
+
+@pytest.mark.parametrize("case", [_params(c) for c in PERMISSION_CASES])
+def test_permissions_are_one_line_and_change_nothing(case, readonly, world, capsys, monkeypatch, mlflow_env):
+    def place(text: str) -> str:
+        return text.replace("{w}", str(world)).replace("{ro}", str(readonly))
+
+    for key, value in case.env.items():
+        monkeypatch.setenv(key, place(value))
+    before = digest(readonly)
+    with as_nobody():
+        code = run_cli([place(a) for a in [*case.argv, *BASE, *case.extra]])
+    assert_one_line(capsys.readouterr().err, place(case.expect))
+    assert code == case.code
+    assert digest(readonly) == before
+
+
+# ------------------------------------------------------------------------------------------------ YAML 1.2 floats
+
+
+def test_yaml12_floats_in_params_and_overrides(tmp_path):
+    from gpt1.config import load_config, yaml12_floats
+
+    edit = smoke_line("lr: 1.0e-3", "lr: 1e-3")
+    (tmp_path / "params.yaml").write_text(edit(PARAMS.read_text()).replace("eps: 1.0e-8", "eps: 1E-8"))
+    cfg = load_config(tmp_path / "params.yaml", "smoke")
+    assert cfg.p["pretrain"]["lr"] == 1e-3 and cfg.p["pretrain"]["eps"] == 1e-8
+    assert load_config(PARAMS, "smoke", ["pretrain.lr=1e-4", "finetune.lr=2.5E-4"]).p["finetune"]["lr"] == 2.5e-4
+    assert main(["config", "--params", str(tmp_path / "params.yaml"), "--profile", "smoke"]) == 0
+    # What Snakemake's configfile (YAML 1.1) gives, made what params.yaml says; a quoted word stays a word.
+    assert yaml12_floats({"a": ["1e-3", "2.5e-4", "x1e3", "7"], "b": 1}) == {"a": [1e-3, 2.5e-4, "x1e3", "7"], "b": 1}
+
+
+def test_snakemake_reads_yaml12_floats(tmp_path):
+    """`configfile:` reads `lr: 1e-3` as a string; the workflow makes it the number before validating."""
+    for name in ("workflow", "gpt1"):
+        shutil.copytree(REPO / name, tmp_path / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    text = smoke_line("lr: 1.0e-3", "lr: 1e-3")(PARAMS.read_text()).replace("profile: default", "profile: smoke", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------ MLflow runs
+
+
+def _runs(uri: str, pipeline_run: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("gpt1")
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], f"tags.`gpt1.pipeline_run` = '{pipeline_run}'")
+
+
+def test_a_briefly_locked_store_is_waited_for(tmp_path, mlflow_db, monkeypatch):
+    """sqlite retries while another writer holds the lock; the stage goes on once it is released."""
+    from gpt1.tracking import check_store
+
+    store = tmp_path / "mlflow.db"
+    shutil.copy(mlflow_db.removeprefix("sqlite:///"), store)
+    locked, release = threading.Event(), 0.5
+
+    def hold() -> None:
+        holder = sqlite3.connect(store, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        time.sleep(release)
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    monkeypatch.setenv("GPT1_MLFLOW_LOCK_TIMEOUT", "20")
+    thread = threading.Thread(target=hold)
+    thread.start()
+    locked.wait(10)
+    started = time.perf_counter()
+    check_store(f"sqlite:///{store}")
+    thread.join()
+    assert release / 2 < time.perf_counter() - started < 15
+
+
+def test_a_failing_stage_marks_its_run_failed(world, tmp_path, capsys, monkeypatch, mlflow_env):
+    w = tmp_path / "w"
+    shutil.copytree(world, w)
+    monkeypatch.setenv("GPT1_TEST_WORLD", str(w))
+    monkeypatch.setenv("GPT1_PIPELINE_RUN", f"failing-{tmp_path.name}")
+    with dev_full("ids/train.bin"):
+        assert run_cli([a.replace("{w}", str(w)) for a in [*encode(), *BASE]]) == 1
+    assert_one_line(capsys.readouterr().err, "No space left on device")
+    assert [r.info.status for r in _runs(mlflow_env, f"failing-{tmp_path.name}")] == ["FAILED"]
+
+
+def _wait_for_run(uri: str, pipeline_run: str, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _runs(uri, pipeline_run):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no MLflow run appeared (exit code {proc.poll()})")
+
+
+def test_sigterm_marks_the_run_killed_in_one_line(world, tmp_path, subprocess_env, mlflow_db):
+    """A stage stopped by SIGTERM (Snakemake, SLURM and torchrun stop jobs so) ends its run KILLED, says so in one
+    line, exits 143 and leaves no temp file."""
+    pipeline_run = f"killed-{tmp_path.name}"
+    env = {**subprocess_env, "GPT1_PIPELINE_RUN": pipeline_run}
+    long_run = ["--set", "pretrain.max_steps=1000000", "--set", "pretrain.epochs=1000", "--set",
+                "pretrain.eval_every=100000", "--set", "pretrain.checkpoint_every=100000"]
+    args = [*pretrain(), *BASE, *long_run]
+    command = gpt1_command(*(a.replace("{w}", str(world)).replace(f"{world}/pretrain", str(tmp_path / "out"))
+                             for a in args))
+    proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_run(mlflow_db, pipeline_run, proc)
+        time.sleep(1)  # into the training loop
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert_one_line(err, "gpt1 pretrain: stopped by SIGTERM; finished outputs were left as they were")
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert [r.info.status for r in _runs(mlflow_db, pipeline_run)] == ["KILLED"]
+    assert not list((tmp_path / "out").rglob(".*.tmp*"))
+
+
+# ------------------------------------------------------------------------------------------------ the boundary
+
+
+def test_gpt1_debug_keeps_the_traceback(world, capsys, monkeypatch, mlflow_env):
+    monkeypatch.setenv("GPT1_DEBUG", "1")
+    code = run_cli([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--tokenizer", "{w}/ids"]])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback (most recent call last)" in err
+    assert err.strip().splitlines()[-1].startswith(f"gpt1 encode: error: {world}/ids/tokenizer.json: missing")
+
+
+def test_a_bug_keeps_its_traceback(world, monkeypatch, mlflow_env):
+    """An error no input explains is gpt1's own: it is not hidden behind one line."""
+    import gpt1.ids
+
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(gpt1.ids, "encode_stage", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        main([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--out", "{w}/scratch-ids"]])
