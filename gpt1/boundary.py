@@ -12,6 +12,7 @@ import pickle
 import re
 import signal
 import sys
+import threading
 import traceback
 from argparse import Namespace
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ ERRNO_FIXES = {
     errno.EMFILE: "too many open files; raise the limit (ulimit -n) and rerun",
 }
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how tokenizers and safetensors report an OSError
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # a failed write() or close() names no file
 
 
 class Killed(KeyboardInterrupt):
@@ -55,7 +57,11 @@ def _raise_killed(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def killable() -> Iterator[None]:
-    """Within the block SIGTERM and SIGHUP raise Killed; the previous handlers come back after it."""
+    """Within the block SIGTERM and SIGHUP raise Killed; the previous handlers come back after it. (Only the main
+    thread may set handlers: called from another, the block runs as it is.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {sig: signal.signal(sig, _raise_killed) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
@@ -93,7 +99,9 @@ def os_error_line(err: OSError, args: Namespace) -> str:
     if err.filename is not None:
         where = f"{err.filename} -> {err.filename2}" if err.filename2 is not None else str(err.filename)
         return f"{where}: {what}; {fix}"
-    return f"{what} while writing{_outputs(args)}; {fix}"
+    if err.errno in WRITE_ERRNOS:
+        return f"{what} while writing{_outputs(args)}; {fix}"
+    return f"{what}{_inputs(args)}; {fix}"  # e.g. a network error of a download
 
 
 def _rust_os_error(err: BaseException) -> OSError | None:
@@ -123,11 +131,15 @@ def _arrow_error(err: BaseException) -> BaseException | None:
 
 
 def _store_error(err: BaseException) -> Gpt1Error | None:
+    """MLflow's and SQLAlchemy's errors (gpt1 uses SQLAlchemy through MLflow only); requests' could be a download's."""
     if "mlflow" not in sys.modules:
         return None  # no store was opened
-    from gpt1.tracking import _store_errors, store_error
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
 
-    return store_error(err) if isinstance(err, _store_errors()) else None
+    from gpt1.tracking import store_error
+
+    return store_error(err) if isinstance(err, MlflowException | sqlalchemy.exc.SQLAlchemyError) else None
 
 
 def library_error_line(err: BaseException, args: Namespace) -> str | None:

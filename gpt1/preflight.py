@@ -19,7 +19,9 @@ INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "
 # Of those, the ones that must be folders (--pretrained may also be a weights file or a hub id).
 FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir")
 CORPUS_SPLITS = ("train.jsonl", "validation.jsonl")
-TOKENIZER_META_KEYS = ("pretokenizer", "sha256")
+# Keys stages read from earlier stages' JSON files: valid JSON without them is the input to blame for a KeyError.
+READ_KEYS = {"raw.manifest.json": ("source", "sha256"), "manifest.json": ("train", "validation"),
+             "model.json": ("kind", "config"), "gpt1_tokenizer.json": ("pretokenizer", "sha256")}
 
 
 def _flag(attr: str) -> str:
@@ -104,26 +106,22 @@ def check_stage(args: Namespace) -> None:
 
 
 def json_problem(path: Path) -> str | None:
-    """Why `path` is not a readable JSON file, or None."""
+    """Why `path` is not a readable JSON file, or lacks the keys stages read from it, or None."""
     try:
-        json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
         return f"not UTF-8 text (byte {err.start})"
     except json.JSONDecodeError as err:
         return f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
     except OSError as err:
         return f"cannot be read ({err.strerror})"
-    return None
+    missing = [key for key in READ_KEYS.get(path.name, ()) if not isinstance(data, dict) or key not in data]
+    return f"lacks {', '.join(missing)}" if missing else None
 
 
 def _tokenizer_problem(folder: Path) -> tuple[Path, str] | None:
-    """A tokenizer folder whose files parse as JSON but do not load, or lack the keys gpt1 reads."""
-    meta, backend = folder / "gpt1_tokenizer.json", folder / "tokenizer.json"
-    if meta.is_file():
-        data = json.loads(meta.read_text(encoding="utf-8"))
-        missing = [key for key in TOKENIZER_META_KEYS if not isinstance(data, dict) or key not in data]
-        if missing:
-            return meta, f"lacks {', '.join(missing)}"
+    """A tokenizer.json that parses as JSON but does not load."""
+    backend = folder / "tokenizer.json"
     if backend.is_file():
         from tokenizers import Tokenizer
 

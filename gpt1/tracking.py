@@ -56,7 +56,13 @@ def _probe_server(uri: str) -> None:
     for key, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
     parts = urllib.parse.urlsplit(uri)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if not parts.hostname:
+            raise ValueError("no host")
+    except ValueError as err:
+        raise TrackingError(f"MLFLOW_TRACKING_URI={uri}: not a server address ({err}); e.g. "
+                            f"http://127.0.0.1:5000") from err
     try:
         socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
     except OSError as err:

@@ -509,6 +509,14 @@ CASES = [
          truncate("tokenizer/tokenizer.json")),
     Case("artifact/tokenizer-not-a-tokenizer", pretrain(), "{w}/tokenizer/tokenizer.json: not a tokenizers file",
          write("tokenizer/tokenizer.json", '{"version": "1.0"}')),
+    Case("artifact/raw-manifest-keys-missing", clean(), "{w}/raw/raw.manifest.json: lacks source, sha256; re-run "
+         "gpt1 fetch", write("raw/raw.manifest.json", "{}")),
+    Case("artifact/corpus-manifest-a-list", bpe(), "{w}/corpus/manifest.json: lacks train, validation",
+         write("corpus/manifest.json", "[]")),
+    Case("artifact/model-json-a-list", zeroshot(), "{w}/pretrain/model.json: not the model.json gpt1 pretrain writes",
+         write("pretrain/model.json", "[]")),
+    Case("artifact/snapshot-index-empty", zeroshot(), "{w}/pretrain/snapshots/index.json: not a list of snapshots",
+         write("pretrain/snapshots/index.json", "{}")),
     Case("artifact/ids-truncated", pretrain(), "{w}/ids/train.bin: ", truncate("ids/train.bin")),
     Case("artifact/weights-truncated", finetune(), "{w}/pretrain/model.safetensors: not a readable safetensors file",
          truncate("pretrain/model.safetensors")),
@@ -545,6 +553,8 @@ CASES = [
          during=locked_store, seconds=10),
     Case("mlflow/store-is-a-folder", encode(), "{w}/store.db: the MLflow store is not a file",
          lambda w: (w / "store.db").mkdir(), env={"MLFLOW_TRACKING_URI": "sqlite:///{w}/store.db"}),
+    Case("mlflow/server-uri-without-host", encode(), "MLFLOW_TRACKING_URI=http://:5000: not a server address",
+         env={"MLFLOW_TRACKING_URI": "http://:5000"}),
     Case("mlflow/lock-timeout-not-a-number", encode(), "GPT1_MLFLOW_LOCK_TIMEOUT='soon': not a number of seconds",
          store_copy, env={"MLFLOW_TRACKING_URI": "sqlite:///{w}/mlflow.db", "GPT1_MLFLOW_LOCK_TIMEOUT": "soon"}),
     # the file system
