@@ -34,6 +34,7 @@ ERRNO_FIXES = {
     errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
     errno.EISDIR: "a folder is where a file should be; move it away or choose another path",
     errno.ENOENT: "check the path",
+    errno.EEXIST: "something that is not a folder is in the way; move it or choose another path",
     errno.ENAMETOOLONG: "choose a shorter path",
     errno.EIO: "the disk or network file system failed; check it and rerun",
     errno.EMFILE: "too many open files; raise the limit (ulimit -n) and rerun",
@@ -146,9 +147,6 @@ def library_error_line(err: BaseException, args: Namespace) -> str | None:
     """A line for the libraries' errors gpt1 did not convert where it knew the file, or None (a bug)."""
     if isinstance(err, OSError):
         return os_error_line(err, args)
-    store = _store_error(err)
-    if store is not None:
-        return str(store)
     if (os_err := _rust_os_error(err)) is not None:
         return os_error_line(os_err, args)
     if isinstance(err, pickle.UnpicklingError):
@@ -179,6 +177,11 @@ def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
         return f"{stage}: error: {err}", EXIT_INPUT
     if not isinstance(err, Exception):
         return None
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{stage}: error: {os_error_line(err, args)}", EXIT_INPUT  # it names its file
+    store = _store_error(err)
+    if store is not None:
+        return f"{stage}: error: {store}", EXIT_INPUT
     # A bad input file is the likeliest cause of an error that names none: look before blaming the library.
     line = diagnose_inputs(args) or library_error_line(err, args)
     return (f"{stage}: error: {line}", EXIT_INPUT) if line else None

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpt1.boundary import killable, report
-from gpt1.config import load_config
+from gpt1.config import ConfigError, load_config
 from gpt1.preflight import check_stage
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
@@ -40,7 +40,10 @@ def seed(text: str) -> int:
 
 def default_workers() -> int:
     """GPT1_WORKERS, else every core this process may use."""
-    return int(os.environ.get("GPT1_WORKERS") or len(os.sched_getaffinity(0)))
+    value = os.environ.get("GPT1_WORKERS") or str(len(os.sched_getaffinity(0)))
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"GPT1_WORKERS={value!r}: expected a number of processes, at least 1")
+    return int(value)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -235,6 +235,8 @@ def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) ->
 
 def read_params(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a params file; pass --params FILE")
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found; run from the repository root or pass --params")
     try:

@@ -20,7 +20,7 @@ INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "
 FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir")
 CORPUS_SPLITS = ("train.jsonl", "validation.jsonl")
 # Keys stages read from earlier stages' JSON files: valid JSON without them is the input to blame for a KeyError.
-READ_KEYS = {"raw.manifest.json": ("source", "sha256"), "manifest.json": ("train", "validation"),
+READ_KEYS = {"raw.manifest.json": ("source", "sha256"), "manifest.json": ("train",),
              "model.json": ("kind", "config"), "gpt1_tokenizer.json": ("pretokenizer", "sha256")}
 
 
@@ -64,6 +64,10 @@ def check_output_folder(out: Path) -> None:
         what = "is a file" if ancestor == out else f"is inside {ancestor}, which is a file"
         raise Gpt1Error(f"--out {out}: {what}, not a folder; choose another --out")
     _check_names(out, ancestor)
+    missing = ancestor / out.relative_to(ancestor).parts[0] if out != ancestor else None
+    if missing is not None and missing.is_symlink():  # it points nowhere: it is not there, yet mkdir fails on it
+        raise Gpt1Error(f"--out {out}: {missing} is a broken or looping symbolic link; remove it or choose "
+                        f"another --out")
     try:
         with tempfile.TemporaryFile(dir=ancestor):
             pass
@@ -116,7 +120,21 @@ def json_problem(path: Path) -> str | None:
     except OSError as err:
         return f"cannot be read ({err.strerror})"
     missing = [key for key in READ_KEYS.get(path.name, ()) if not isinstance(data, dict) or key not in data]
-    return f"lacks {', '.join(missing)}" if missing else None
+    return f"lacks {', '.join(missing)}" if missing else _ids_header_problem(path, data)
+
+
+def _ids_header_problem(path: Path, header: object) -> str | None:
+    """The values of an ids header (X.json beside X.bin) that numpy would trip on."""
+    from gpt1.config import DTYPE_MAX_VOCAB
+
+    if not isinstance(header, dict) or not path.with_suffix(".bin").is_file():
+        return None
+    if header.get("dtype") not in DTYPE_MAX_VOCAB:
+        return f"dtype {header.get('dtype')!r} is not one of {', '.join(DTYPE_MAX_VOCAB)}"
+    tokens = header.get("tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        return f"tokens {tokens!r} is not a count"
+    return None
 
 
 def _tokenizer_problem(folder: Path) -> tuple[Path, str] | None:

@@ -51,6 +51,15 @@ def _sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def shown(uri: str) -> str:
+    """The URI for a message: a password in it is not printed."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.password:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def _probe_server(uri: str) -> None:
     """Fail in seconds, not after MLflow's minutes of retries, when nothing listens at the server's address."""
     for key, value in HTTP_DEFAULTS.items():
@@ -61,14 +70,14 @@ def _probe_server(uri: str) -> None:
         if not parts.hostname:
             raise ValueError("no host")
     except ValueError as err:
-        raise TrackingError(f"MLFLOW_TRACKING_URI={uri}: not a server address ({err}); e.g. "
+        raise TrackingError(f"MLFLOW_TRACKING_URI={shown(uri)}: not a server address ({err}); e.g. "
                             f"http://127.0.0.1:5000") from err
     try:
         socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise TrackingError(f"MLflow server {uri} is unreachable ({reason}); start it, or set MLFLOW_TRACKING_URI "
-                            f"to a running server or to {DEFAULT_URI}") from err
+        raise TrackingError(f"MLflow server {shown(uri)} is unreachable ({reason}); start it, or set "
+                            f"MLFLOW_TRACKING_URI to a running server or to {DEFAULT_URI}") from err
 
 
 def _sqlite_size_problem(path: Path, header: bytes) -> str | None:
@@ -169,7 +178,7 @@ def _store_fix(message: str) -> str:
 def store_error(err: BaseException) -> TrackingError:
     """One line for an error of the MLflow store: what it said (first line) and what to do."""
     uri = tracking_uri()
-    where = _sqlite_file(uri) or uri
+    where = _sqlite_file(uri) or shown(uri)
     said = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     return TrackingError(f"MLflow store {where}: {said}; {_store_fix(said)}")
 
