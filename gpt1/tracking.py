@@ -80,10 +80,11 @@ def _probe_server(uri: str) -> None:
                             f"MLFLOW_TRACKING_URI to a running server or to {DEFAULT_URI}") from err
 
 
-def _sqlite_size_problem(path: Path, header: bytes) -> str | None:
-    """What is wrong with a sqlite file's header or size, or None. MLflow would retry or fail deep inside."""
-    if not header.startswith(SQLITE_MAGIC):
-        return "not an SQLite database"
+def _size_problem(path: Path) -> str | None:
+    """A sqlite file shorter than its header says (read under sqlite's shared lock: mid-commit, a bare read of the
+    header could run ahead of the file's size)."""
+    with open(path, "rb") as handle:
+        header = handle.read(100)
     if len(header) < 100:
         return f"truncated ({len(header)} bytes, shorter than an SQLite header)"
     page_size = int.from_bytes(header[16:18], "big")
@@ -102,22 +103,25 @@ def lock_timeout() -> float:
         raise TrackingError(f"{LOCK_TIMEOUT_ENV}={os.environ[LOCK_TIMEOUT_ENV]!r}: not a number of seconds") from err
 
 
-def _probe_lock(path: Path) -> None:
-    """Take and release the write lock, waiting up to lock_timeout() (sqlite retries while it waits)."""
+def _locked_problem(path: Path) -> str | None:
+    """Read the schema and check the size under a shared lock, then take and release the write lock, waiting up to
+    lock_timeout() for each (sqlite retries while it waits). Returns what is wrong with the file, or None."""
     wait = lock_timeout()
-    connection = sqlite3.connect(path, timeout=wait)
+    connection = sqlite3.connect(path, timeout=wait, isolation_level=None)
     try:
-        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the schema pages
-        connection.execute("BEGIN IMMEDIATE")
-        connection.rollback()
+        connection.execute("BEGIN")
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()  # takes the shared lock
+        problem = _size_problem(path)
+        connection.execute("ROLLBACK")
+        if problem is None:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("ROLLBACK")
+        return problem
     except sqlite3.OperationalError as err:
-        if "locked" in str(err):
-            raise TrackingError(f"{path}: the MLflow store is locked by another process (waited {wait:g} s); let "
-                                f"it finish or stop it, then rerun ({LOCK_TIMEOUT_ENV} sets the wait)") from err
-        if "readonly" in str(err):
-            raise TrackingError(f"{path}: the MLflow store is read-only; fix its permissions (and its folder's) or "
-                                f"set MLFLOW_TRACKING_URI to a writable store") from err
-        raise
+        if "locked" not in str(err):
+            raise
+        raise TrackingError(f"{path}: the MLflow store is locked by another process (waited {wait:g} s); let it "
+                            f"finish or stop it, then rerun ({LOCK_TIMEOUT_ENV} sets the wait)") from err
     finally:
         connection.close()
 
@@ -129,18 +133,16 @@ def _check_sqlite(path: Path) -> None:
         raise TrackingError(f"{path}: the MLflow store is not a file; set MLFLOW_TRACKING_URI to a sqlite file")
     try:
         with open(path, "r+b") as handle:  # r+: a store MLflow could not write fails here, by name
-            header = handle.read(100)
+            magic = handle.read(len(SQLITE_MAGIC))
     except PermissionError as err:
         raise TrackingError(f"{path}: the MLflow store is read-only ({err.strerror}); fix its permissions or set "
                             f"MLFLOW_TRACKING_URI to a writable store") from err
-    if not header:
+    if not magic:
         return  # an empty file is an empty database
-    problem = _sqlite_size_problem(path, header)
     try:
-        if problem is None:
-            _probe_lock(path)
-    except sqlite3.DatabaseError as err:
-        problem = f"corrupt ({err})"
+        problem = "not an SQLite database" if magic != SQLITE_MAGIC else _locked_problem(path)
+    except sqlite3.DatabaseError as err:  # a short file is the likeliest cause of "malformed": say so
+        problem = _size_problem(path) or f"corrupt ({err})"
     if problem:
         raise TrackingError(f"{path}: the MLflow store is {problem}; move it away (mv {path} {path}.bad) to start "
                             f"a new store, or set MLFLOW_TRACKING_URI to the right one")

@@ -21,7 +21,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -739,32 +738,6 @@ def _runs(uri: str, pipeline_run: str) -> list:
     if experiment is None:
         return []
     return client.search_runs([experiment.experiment_id], f"tags.`gpt1.pipeline_run` = '{pipeline_run}'")
-
-
-def test_a_briefly_locked_store_is_waited_for(tmp_path, mlflow_db, monkeypatch):
-    """sqlite retries while another writer holds the lock; the stage goes on once it is released."""
-    from gpt1.tracking import check_store
-
-    store = tmp_path / "mlflow.db"
-    shutil.copy(mlflow_db.removeprefix("sqlite:///"), store)
-    locked, release = threading.Event(), 0.5
-
-    def hold() -> None:
-        holder = sqlite3.connect(store, isolation_level=None)
-        holder.execute("BEGIN EXCLUSIVE")
-        locked.set()
-        time.sleep(release)
-        holder.execute("ROLLBACK")
-        holder.close()
-
-    monkeypatch.setenv("GPT1_MLFLOW_LOCK_TIMEOUT", "20")
-    thread = threading.Thread(target=hold)
-    thread.start()
-    locked.wait(10)
-    started = time.perf_counter()
-    check_store(f"sqlite:///{store}")
-    thread.join()
-    assert release / 2 < time.perf_counter() - started < 15
 
 
 def test_a_failing_stage_marks_its_run_failed(world, tmp_path, capsys, monkeypatch, mlflow_env):
