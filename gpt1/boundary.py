@@ -18,7 +18,7 @@ from argparse import Namespace
 from collections.abc import Iterator
 from types import FrameType
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, causes
 
 DEBUG_ENV = "GPT1_DEBUG"
 EXIT_INPUT = 1
@@ -114,18 +114,9 @@ def _rust_os_error(err: BaseException) -> OSError | None:
     return OSError(number, os.strerror(number))
 
 
-def _cause_chain(err: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _arrow_error(err: BaseException) -> BaseException | None:
     """A parquet/Arrow error, also when datasets wrapped it in its own."""
-    for inner in _cause_chain(err):
+    for inner in causes(err):
         if type(inner).__module__.startswith("pyarrow"):
             return inner
     return None
@@ -168,9 +159,9 @@ def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
 
     stage = f"gpt1 {args.command}"
     if isinstance(err, Killed):
-        return f"{stage}: stopped by {err}; finished outputs were left as they were, rerun to redo", 128 + err.signum
+        return f"{stage}: stopped by {err}; no half-written output was left, rerun to redo or resume", 128 + err.signum
     if isinstance(err, KeyboardInterrupt):
-        return f"{stage}: interrupted; finished outputs were left as they were, rerun to redo", EXIT_INTERRUPTED
+        return f"{stage}: interrupted; no half-written output was left, rerun to redo or resume", EXIT_INTERRUPTED
     if isinstance(err, ConfigError):
         return f"gpt1: config error: {err}", EXIT_CONFIG
     if isinstance(err, Gpt1Error):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, causes
 
 
 class SourceError(Gpt1Error):
@@ -152,21 +152,12 @@ def _naming_file(files: list[Path], done: list[Path]) -> Iterator[None]:
     try:
         yield
     except Exception as err:
-        cause = next((e for e in _chain(err) if isinstance(e, UnicodeDecodeError)), None)
+        cause = next((e for e in causes(err) if isinstance(e, UnicodeDecodeError)), None)
         if cause is None:
             raise
         file = files[len(done)] if len(done) < len(files) else files[-1]
         raise SourceError(f"{file}: not UTF-8 text (byte {cause.start}); convert it, e.g. "
                           f"iconv -f latin1 -t utf-8, or drop it from corpus.files") from err
-
-
-def _chain(err: BaseException) -> Iterator[BaseException]:
-    current: BaseException | None = err
-    for _ in range(20):  # causes can form a cycle; a real chain is a few links
-        if current is None:
-            return
-        yield current
-        current = current.__cause__ or current.__context__
 
 
 def source_description(corpus: dict[str, Any], mirror: Path | None) -> str:

@@ -778,7 +778,7 @@ def test_sigterm_marks_the_run_killed_in_one_line(world, tmp_path, subprocess_en
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert_one_line(err, "gpt1 pretrain: stopped by SIGTERM; finished outputs were left as they were")
+    assert_one_line(err, "gpt1 pretrain: stopped by SIGTERM; no half-written output was left")
     assert proc.returncode == 128 + signal.SIGTERM
     assert [r.info.status for r in _runs(mlflow_db, pipeline_run)] == ["KILLED"]
     assert not list((tmp_path / "out").rglob(".*.tmp*"))
