@@ -68,14 +68,14 @@ def rte_file(mirror: Path, split: str) -> Path:
 @pytest.fixture(scope="module")
 def world(tiny_data, trained_gpt, tmp_path_factory) -> Path:
     """Finished outputs of every stage a case needs, each folder where the stage would write it again."""
-    from gpt1.corpus import SPLITS, clean, fetch
+    from gpt1 import corpus as stages
     from gpt1.files import read_jsonl
 
     root = tmp_path_factory.mktemp("world")
     corpus = tiny_config("corpus.synthetic_documents=12").section("corpus")
-    fetch(corpus, None, root / "raw/raw.jsonl", root / "raw/raw.manifest.json")
-    splits = {s: root / f"corpus/{s}.jsonl" for s in SPLITS}
-    clean(root / "raw/raw.jsonl", corpus, splits, root / "corpus/manifest.json")
+    stages.fetch(corpus, None, root / "raw/raw.jsonl", root / "raw/raw.manifest.json")
+    splits = {s: root / f"corpus/{s}.jsonl" for s in stages.SPLITS}
+    stages.clean(root / "raw/raw.jsonl", corpus, splits, root / "corpus/manifest.json")
     shutil.copytree(tiny_data.tokenizer, root / "tokenizer")
     shutil.copytree(tiny_data.ids, root / "ids")
     shutil.copytree(trained_gpt, root / "pretrain")
@@ -185,6 +185,8 @@ def pickle_file(rel: str) -> Callable[[Path], None]:
 
 
 class Evil:
+    """Unpickling it runs a command that leaves a file: each case checks the file is not there."""
+
     def __reduce__(self):
         return (os.system, ("touch /tmp/gpt1-unpickled-code-ran",))
 
@@ -202,6 +204,7 @@ def _table(**columns: list) -> Callable:
     def make():
         import pyarrow as pa
 
+        # An empty column needs a type; the others are inferred.
         return pa.table({k: pa.array(v, pa.string() if v == [] else None) for k, v in columns.items()})
 
     return make
@@ -288,7 +291,7 @@ def dev_full(rel: str) -> Iterator[None]:
 
     path = temp_path(Path(os.environ["GPT1_TEST_WORLD"]) / rel)
     path.symlink_to("/dev/full")
-    yield
+    yield  # not removed here: the failing stage must remove its temp file, and the case's digest checks it did
 
 
 @contextlib.contextmanager
