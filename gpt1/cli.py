@@ -7,17 +7,43 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
+from gpt1.boundary import killable, report
 from gpt1.config import ConfigError, load_config
-from gpt1.errors import Gpt1Error
+from gpt1.preflight import check_stage
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
           "e.g. --set bpe.merges=500.")
 
 
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (and the widest seed every library takes)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line (no usage block): the stage, the problem, where to look."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def seed(text: str) -> int:
+    """--seed: an integer 0 .. 2**32 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..{MAX_SEED}")
+    return value
+
+
 def default_workers() -> int:
     """GPT1_WORKERS, else every core this process may use."""
-    return int(os.environ.get("GPT1_WORKERS") or len(os.sched_getaffinity(0)))
+    value = os.environ.get("GPT1_WORKERS") or str(len(os.sched_getaffinity(0)))
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"GPT1_WORKERS={value!r}: expected a number of processes, at least 1")
+    return int(value)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -104,7 +130,7 @@ def _show_config(cfg, a) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpt1", description="The GPT-1 paper as a reproducible pipeline.")
+    parser = Parser(prog="gpt1", description="The GPT-1 paper as a reproducible pipeline.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<stage>")
     _stage(sub, "fetch", "Stream the corpus into OUT/raw.jsonl with a manifest (counts, bytes, sha256).", _fetch,
            ("--out", "output folder"))
@@ -128,14 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     finetune.add_argument("--variant", required=True,
                           help="pretrained | scratch | no_aux | lstm (--pretrained: the LSTM's folder) | released "
                                "(--pretrained: a Hugging Face folder or hub id, e.g. openai-community/openai-gpt)")
-    finetune.add_argument("--seed", type=int, required=True, help="the run's seed")
+    finetune.add_argument("--seed", type=seed, required=True, help="the run's seed (0 .. 2**32 - 1)")
     finetune.add_argument("--transfer-layers", type=int, default=None, metavar="K",
                           help="keep the embeddings and the first K pre-trained blocks, re-initialise the rest")
     _stage(sub, "layers", "Layers transferred (Figure 2 left): fine-tune TASK with 0..n_layer pre-trained blocks; "
            "write OUT/layers.json and layers.csv.", _layers, ("--pretrained", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     sub.choices["layers"].add_argument("--task", required=True, help="mnli or race")
-    sub.choices["layers"].add_argument("--seed", type=int, required=True, help="the run's seed")
+    sub.choices["layers"].add_argument("--seed", type=seed, required=True, help="the run's seed (0 .. 2**32 - 1)")
     _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) on every pre-training snapshot; "
            "write OUT/zeroshot.json and zeroshot.csv.", _zeroshot, ("--model-dir", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
@@ -151,22 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        cfg = load_config(args.params, args.profile, args.overrides)
-    except ConfigError as err:
-        print(f"gpt1: config error: {err}", file=sys.stderr)
-        return 2
+def _run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.params, args.profile, args.overrides)
     if args.workers is None:
         args.workers = default_workers()
     elif args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
         return 2
-    try:
-        args.call(cfg, args)
-    except Gpt1Error as err:
-        # Our errors name the file, key or field; a traceback would only hide that line.
-        print(f"gpt1 {args.command}: error: {err}", file=sys.stderr)
-        return 1
+    check_stage(args)
+    args.call(cfg, args)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with killable():
+        try:
+            return _run(args)
+        except BaseException as err:  # report() prints one line for what input explains, re-raises bugs
+            return report(err, args)

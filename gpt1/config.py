@@ -6,7 +6,9 @@ Light on imports on purpose: the Snakefile imports this module to validate the c
 from __future__ import annotations
 
 import copy
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,58 @@ N_SPECIAL_TOKENS = 4  # <unk> plus the start, delimiter and extract tokens of fi
 
 class ConfigError(Gpt1Error):
     """A one-line message naming the key and what would be valid."""
+
+
+FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.2's floats (what DVC's ruamel.yaml reads): `1e-3` and `1.0e3` are floats; PyYAML follows YAML 1.1, which
+# wants a dot and a signed exponent and reads both as strings. Also kept: YAML 1.1's `_` separators, `.inf`, `.nan`.
+YAML12_FLOAT = re.compile(r"""^(?:
+     [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+
+
+class Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats, refusing a key given twice in one mapping (PyYAML keeps the last
+    one without a word; DVC's ruamel.yaml refuses it too)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may override keys on purpose
+            key = self.construct_scalar(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != FLOAT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+Yaml12Loader.add_implicit_resolver(FLOAT_TAG, YAML12_FLOAT, list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as params.yaml means it (1.2 floats); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=Yaml12Loader)  # a SafeLoader subclass: no arbitrary objects
+
+
+def yaml12_floats(value: Any) -> Any:
+    """`value` with every string a YAML 1.2 reader takes for a float turned into that float: for config another
+    YAML 1.1 reader loaded (Snakemake's `configfile:` gives `lr: 1e-3` as the string '1e-3')."""
+    if isinstance(value, dict):
+        return {key: yaml12_floats(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [yaml12_floats(inner) for inner in value]
+    if isinstance(value, str) and YAML12_FLOAT.match(value):
+        return load_yaml(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,7 +106,7 @@ class Config:
 
 
 def _schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return load_yaml(SCHEMA_PATH.read_text())
 
 
 def _key(path: Any) -> str:
@@ -72,13 +126,27 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "enum":
         return f"{key}: {error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
     if error.validator == "type":
-        return f"{key}: {error.instance!r} has the wrong type, expected {error.validator_value}"
+        hint = ""
+        if isinstance(error.instance, float) and error.instance.is_integer():
+            hint = f" (write {int(error.instance)})"  # `merges: 1e3` reads as the float 1000.0
+        return f"{key}: {error.instance!r} has the wrong type, expected {error.validator_value}{hint}"
     return f"{key}: {error.message}"
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+# JSON Schema counts 1000.0 as an integer, but range(1000.0) fails deep inside a stage: integers must be ints.
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
 
 
 def validate_schema(root: dict[str, Any]) -> None:
     """Check a whole params mapping against the schema; raise ConfigError on the first problem."""
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = _Validator(_schema())
     errors = sorted(validator.iter_errors(root), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
     if errors:
         best = jsonschema.exceptions.best_match(errors)
@@ -86,8 +154,23 @@ def validate_schema(root: dict[str, Any]) -> None:
         raise ConfigError(_describe(best))
 
 
+def _non_finite(value: Any, path: str) -> str | None:
+    """The dotted key of the first NaN or infinity in `value` (JSON Schema's bounds let NaN through)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        found = _non_finite(inner, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
 def check_semantics(root: dict[str, Any]) -> None:
     """Rules JSON Schema cannot express. Raises ConfigError naming the key."""
+    bad = _non_finite(root, "")
+    if bad:
+        raise ConfigError(f"{bad}: not a finite number; give a real value (.nan and .inf are not settings)")
     if root["profile"] not in root["profiles"]:
         raise ConfigError(f"profile: {root['profile']!r} is not defined; valid: {', '.join(root['profiles'])}")
     if root["ablation_tasks"] and "lstm" not in root["pretrain_models"]:
@@ -123,9 +206,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set bpe.merges=1000")
     key, raw = text.split("=", 1)
-    if not key:
+    if not key or "" in key.split("."):
         raise ConfigError(f"--set {text!r}: empty key, e.g. --set bpe.merges=1000")
-    return key.split("."), yaml.safe_load(raw)
+    try:
+        return key.split("."), load_yaml(raw)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or "not valid YAML"
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({problem}); quote it, "
+                          f"e.g. --set 'corpus.files=[\"books/*.txt\"]'") from err
 
 
 def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) -> dict[str, Any]:
@@ -133,8 +221,9 @@ def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) ->
     root = copy.deepcopy(root)
     for text in overrides:
         path, value = parse_override(text)
-        node = root["profiles"].get(profile)
-        if node is None:
+        profiles = root.get("profiles")
+        node = profiles.get(profile) if isinstance(profiles, dict) else None
+        if not isinstance(node, dict):
             break  # the missing profile is reported by check_semantics
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):
@@ -146,15 +235,28 @@ def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) ->
 
 def read_params(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a params file; pass --params FILE")
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found; run from the repository root or pass --params")
     try:
-        root = yaml.safe_load(path.read_text())
+        root = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err})".replace("\n", " ")) from err
+        raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(err)})") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from err
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror}); check its permissions") from err
     if not isinstance(root, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return root
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """'problem at line L, column C' from PyYAML's multi-line message."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def validate(root: dict[str, Any]) -> None:

@@ -1,6 +1,20 @@
 """The one base class of errors caused by input (config, data, files, arguments): the CLI prints their single
 line, which names the key, file, row or field and the fix, instead of a traceback."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
 
 class Gpt1Error(ValueError):
     pass
+
+
+def causes(err: BaseException) -> Iterator[BaseException]:
+    """`err`, then what it was raised from or during, and so on: a library's error wrapped in another's."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:  # a chain can loop back on itself
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

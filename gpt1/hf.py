@@ -167,9 +167,26 @@ def save_hf_dir(model: GPT, out_dir: str | Path) -> Path:
     return out_dir
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def require_safetensors(folder: Path) -> None:
+    """Weights only as pickles (pytorch_model.bin): refused by name before transformers would try to unpickle them."""
+    if any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    found = f"only {', '.join(pickles)} (pickled weights)" if pickles else "no weights"
+    raise Gpt1Error(f"{folder}: {found}, no model.safetensors; gpt1 never unpickles weights, a pickle can run code: "
+                    f"save them with save_pretrained(..., safe_serialization=True)")
+
+
 def load_hf(dir_or_hub_id: str | Path, **from_pretrained_kwargs: object) -> GPT:
-    """A `GPT` from a local HF directory or a hub id (e.g. "openai-community/openai-gpt", needs internet), eval mode."""
-    hf = OpenAIGPTLMHeadModel.from_pretrained(str(dir_or_hub_id), **from_pretrained_kwargs)
+    """A `GPT` from a local HF directory or a hub id (e.g. "openai-community/openai-gpt", needs internet), eval mode.
+    Safetensors only: a pickle is never loaded, from a folder or the hub."""
+    if Path(dir_or_hub_id).is_dir():
+        require_safetensors(Path(dir_or_hub_id))
+    kwargs = {"use_safetensors": True, **from_pretrained_kwargs}
+    hf = OpenAIGPTLMHeadModel.from_pretrained(str(dir_or_hub_id), **kwargs)
     return from_hf_model(hf).eval()
 
 

@@ -30,6 +30,7 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import queue
 import random
 import re
@@ -614,6 +615,10 @@ def load_checkpoint(resume: Path, settings: dict[str, Any], total_steps: int, mo
         progress = Progress(**state["progress"])
     except (RuntimeError, KeyError, ValueError, TypeError, EOFError) as err:
         raise PretrainError(f"{state_file}: cannot restore the training state ({err}); delete {resume}") from err
+    except pickle.UnpicklingError as err:  # weights_only refused a global: not a file a gpt1 run wrote
+        said = next((line for line in str(err).splitlines() if "global" in line.lower()), type(err).__name__)
+        raise PretrainError(f"{state_file}: refused to unpickle it, it holds more than tensors and plain data "
+                            f"({said[:150]}); delete {resume}") from err
     if not 0 < progress.step < total_steps or progress.step != pointer["step"]:
         raise PretrainError(f"{state_file}: step {progress.step} does not fit a run of {total_steps} updates; "
                             f"delete {resume}")

@@ -6,13 +6,14 @@ The mirror is not a second code path: it swaps the arguments of `datasets.load_d
 
 from __future__ import annotations
 
+import contextlib
 import glob
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, causes
 
 
 class SourceError(Gpt1Error):
@@ -40,10 +41,26 @@ def mirror_file(ref: DatasetRef, mirror: Path) -> Path:
     return mirror / ref.path / (ref.name or "default") / f"{ref.split}.parquet"
 
 
+def _check_parquet(ref: DatasetRef, file: Path) -> Path:
+    """Read the footer only (milliseconds): a file that is no parquet, or has no rows, is named before `datasets`
+    fails on it with an Arrow traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_metadata(file).num_rows
+    except (pa.ArrowException, OSError) as err:
+        said = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SourceError(f"{file}: not a readable parquet file ({said}); copy {ref} into the mirror again") from err
+    if rows == 0:
+        raise SourceError(f"{file}: 0 rows; the mirror's copy of {ref} is empty, copy it again")
+    return file
+
+
 def _check_mirror(ref: DatasetRef, mirror: Path) -> Path:
     file = mirror_file(ref, mirror)
     if file.is_file():
-        return file
+        return _check_parquet(ref, file)
     folder = file.parent
     if not mirror.is_dir():
         raise SourceError(f"data mirror {mirror} does not exist; fix GPT1_DATA_MIRROR or data_mirror in params.yaml")
@@ -107,13 +124,40 @@ def iter_documents(corpus: dict[str, Any], mirror: Path | None) -> Iterator[dict
         files = text_files(corpus["files"])
         # One document per file, through the same datasets library as the hub path.
         ds = datasets.load_dataset("text", data_files=[str(f) for f in files], sample_by="document", streaming=True)
-        for file, row in zip(files, ds["train"], strict=True):
-            yield {"id": str(file), "text": row["text"]}
+        done: list[Path] = []
+        with _naming_file(files, done):
+            for file, row in zip(files, ds["train"], strict=True):
+                done.append(file)
+                yield {"id": str(file), "text": row["text"]}
         return
     section = corpus["mirror_dataset"] if mirror is not None and "mirror_dataset" in corpus else corpus["dataset"]
     ref, field = DatasetRef.from_config(section), section["text_field"]
     for index, row in enumerate(load_split(ref, mirror, streaming=True, columns=[field])):
-        yield {"id": f"{ref.path}:{ref.split}:{index}", "text": row[field]}
+        yield {"id": f"{ref.path}:{ref.split}:{index}", "text": _text(row[field], ref, field, index)}
+
+
+def _text(value: Any, ref: DatasetRef, field: str, index: int) -> str:
+    """A document's text; null is an empty document (clean drops and counts it), anything else not text an error."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SourceError(f"{ref}: row {index}, column {field} holds {type(value).__name__} {value!r:.40}, not text; "
+                          f"set text_field to a text column")
+    return value
+
+
+@contextlib.contextmanager
+def _naming_file(files: list[Path], done: list[Path]) -> Iterator[None]:
+    """A file of `source: files` that is not UTF-8 is named (datasets reads them in order, one document each)."""
+    try:
+        yield
+    except Exception as err:
+        cause = next((e for e in causes(err) if isinstance(e, UnicodeDecodeError)), None)
+        if cause is None:
+            raise
+        file = files[len(done)] if len(done) < len(files) else files[-1]
+        raise SourceError(f"{file}: not UTF-8 text (byte {cause.start}); convert it, e.g. "
+                          f"iconv -f latin1 -t utf-8, or drop it from corpus.files") from err
 
 
 def source_description(corpus: dict[str, Any], mirror: Path | None) -> str:

@@ -3,6 +3,10 @@
 Several stages may start at the same moment (Snakemake runs jobs in parallel). Creating a sqlite store or an
 experiment concurrently crashes on schema migration or silently logs into "Default", so creation happens under
 a file lock and every run names its experiment by id. Writes retry while sqlite reports a locked database.
+
+Before a stage opens its run, the store is checked in seconds (a server that does not answer, a sqlite file that
+is not a database, truncated, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT); every failure of the store is
+one TrackingError naming it. A run ends FINISHED, FAILED, or KILLED (SIGTERM, Ctrl-C), never left RUNNING.
 """
 
 from __future__ import annotations
@@ -12,20 +16,183 @@ import fcntl
 import logging
 import os
 import random
+import socket
+import sqlite3
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpt1.errors import Gpt1Error
+
 DEFAULT_URI = "sqlite:///mlflow.db"
 PIPELINE_RUN_ENV = "GPT1_PIPELINE_RUN"  # a tag grouping the runs of one pipeline invocation
 METRICS_PER_BATCH = 1000  # MLflow's cap on metrics per log_batch call
+LOCK_TIMEOUT_ENV = "GPT1_MLFLOW_LOCK_TIMEOUT"  # seconds to wait for a locked sqlite store before giving up
+LOCK_TIMEOUT_SECONDS = 60.0
+PROBE_SECONDS = 5.0  # a tracking server that does not accept a connection in this time is down
+# MLflow retries a failing HTTP request 7 times with exponential back-off (minutes); a stage fails sooner.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+SQLITE_MAGIC = b"SQLite format 3\x00"
 T = TypeVar("T")
+
+
+class TrackingError(Gpt1Error):
+    """The MLflow store cannot be used: one line naming it and what to do."""
 
 
 def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def shown(uri: str) -> str:
+    """The URI for a message: a password in it is not printed."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.password:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _probe_server(uri: str) -> None:
+    """Fail in seconds, not after MLflow's minutes of retries, when nothing listens at the server's address."""
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    parts = urllib.parse.urlsplit(uri)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if not parts.hostname:
+            raise ValueError("no host")
+    except ValueError as err:
+        raise TrackingError(f"MLFLOW_TRACKING_URI={shown(uri)}: not a server address ({err}); e.g. "
+                            f"http://127.0.0.1:5000") from err
+    try:
+        socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise TrackingError(f"MLflow server {shown(uri)} is unreachable ({reason}); start it, or set "
+                            f"MLFLOW_TRACKING_URI to a running server or to {DEFAULT_URI}") from err
+
+
+def _size_problem(path: Path) -> str | None:
+    """A sqlite file shorter than its header says (read under sqlite's shared lock: mid-commit, a bare read of the
+    header could run ahead of the file's size)."""
+    with open(path, "rb") as handle:
+        header = handle.read(100)
+    if len(header) < 100:
+        return f"truncated ({len(header)} bytes, shorter than an SQLite header)"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages, counter, valid_for = (int.from_bytes(header[i : i + 4], "big") for i in (28, 24, 92))
+    size = path.stat().st_size
+    if counter == valid_for and size < pages * page_size:  # the page count is only valid when these agree
+        return f"truncated ({size} of {pages * page_size} bytes)"
+    return None
+
+
+def lock_timeout() -> float:
+    try:
+        return float(os.environ.get(LOCK_TIMEOUT_ENV) or LOCK_TIMEOUT_SECONDS)
+    except ValueError as err:
+        raise TrackingError(f"{LOCK_TIMEOUT_ENV}={os.environ[LOCK_TIMEOUT_ENV]!r}: not a number of seconds") from err
+
+
+def _locked_problem(path: Path) -> str | None:
+    """Read the schema and check the size under a shared lock, then take and release the write lock, waiting up to
+    lock_timeout() for each (sqlite retries while it waits). Returns what is wrong with the file, or None."""
+    wait = lock_timeout()
+    connection = sqlite3.connect(path, timeout=wait, isolation_level=None)
+    try:
+        connection.execute("BEGIN")
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()  # takes the shared lock
+        problem = _size_problem(path)
+        connection.execute("ROLLBACK")
+        if problem is None:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("ROLLBACK")
+        return problem
+    except sqlite3.OperationalError as err:
+        if "locked" not in str(err):
+            raise
+        raise TrackingError(f"{path}: the MLflow store is locked by another process (waited {wait:g} s); let it "
+                            f"finish or stop it, then rerun ({LOCK_TIMEOUT_ENV} sets the wait)") from err
+    finally:
+        connection.close()
+
+
+def _check_sqlite(path: Path) -> None:
+    if not path.exists():
+        return  # MLflow creates it
+    if not path.is_file():
+        raise TrackingError(f"{path}: the MLflow store is not a file; set MLFLOW_TRACKING_URI to a sqlite file")
+    try:
+        with open(path, "r+b") as handle:  # r+: a store MLflow could not write fails here, by name
+            magic = handle.read(len(SQLITE_MAGIC))
+    except PermissionError as err:
+        raise TrackingError(f"{path}: the MLflow store is read-only ({err.strerror}); fix its permissions or set "
+                            f"MLFLOW_TRACKING_URI to a writable store") from err
+    if not magic:
+        return  # an empty file is an empty database
+    try:
+        problem = "not an SQLite database" if magic != SQLITE_MAGIC else _locked_problem(path)
+    except sqlite3.DatabaseError as err:  # a short file is the likeliest cause of "malformed": say so
+        problem = _size_problem(path) or f"corrupt ({err})"
+    if problem:
+        raise TrackingError(f"{path}: the MLflow store is {problem}; move it away (mv {path} {path}.bad) to start "
+                            f"a new store, or set MLFLOW_TRACKING_URI to the right one")
+
+
+def check_store(uri: str | None = None) -> None:
+    """Fail in seconds, naming the store, when a stage could not log into it."""
+    uri = uri or tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        _probe_server(uri)
+    elif (path := _sqlite_file(uri)) is not None:
+        _check_sqlite(path)
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a broken store raises through MLflow (imported late: mlflow is slow to import)."""
+    import requests
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    return MlflowException, sqlalchemy.exc.SQLAlchemyError, requests.RequestException, sqlite3.Error
+
+
+def _store_fix(message: str) -> str:
+    lowered = message.lower()
+    if "locked" in lowered:
+        return "another process holds the store; let it finish or stop it, then rerun"
+    if "malformed" in lowered or "not a database" in lowered:
+        return "the store is corrupt; move it away to start a new one"
+    if "connection" in lowered or "max retries" in lowered or "timed out" in lowered:
+        return "the tracking server does not answer; start it or set MLFLOW_TRACKING_URI"
+    return "check MLFLOW_TRACKING_URI and the store"
+
+
+def store_error(err: BaseException) -> TrackingError:
+    """One line for an error of the MLflow store: what it said (first line) and what to do."""
+    uri = tracking_uri()
+    where = _sqlite_file(uri) or shown(uri)
+    said = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+    return TrackingError(f"MLflow store {where}: {said}; {_store_fix(said)}")
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except Exception as err:
+        if isinstance(err, Gpt1Error) or not isinstance(err, _store_errors()):
+            raise
+        raise store_error(err) from err
 
 
 def _lock_path(uri: str) -> Path:
@@ -47,14 +214,15 @@ def _exclusive(path: Path) -> Iterator[None]:
 
 
 def _retry(call: Callable[[], T], attempts: int = 12) -> T:
-    """sqlite allows one writer at a time; back off and retry on 'database is locked'."""
-    for attempt in range(attempts):
-        try:
-            return call()
-        except Exception as err:  # MlflowException or sqlalchemy OperationalError, depending on the layer
-            if "locked" not in str(err).lower() or attempt == attempts - 1:
-                raise
-            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    """sqlite allows one writer at a time; back off and retry on 'database is locked'. Then name the store."""
+    with _translated():
+        for attempt in range(attempts):
+            try:
+                return call()
+            except Exception as err:  # MlflowException or sqlalchemy OperationalError, depending on the layer
+                if "locked" not in str(err).lower() or attempt == attempts - 1:
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
 
 
@@ -65,7 +233,7 @@ def ensure_experiment(name: str) -> str:
 
     logging.getLogger("alembic").setLevel(logging.WARNING)
     uri = tracking_uri()
-    with _exclusive(_lock_path(uri)):
+    with _exclusive(_lock_path(uri)), _translated():
         mlflow.set_tracking_uri(uri)
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(name)
@@ -143,17 +311,25 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
     """An MLflow run for one stage execution, tagged with stage, profile, commit and pipeline run."""
     from mlflow.tracking import MlflowClient
 
+    check_store()
     experiment_id = ensure_experiment(experiment)
-    client = MlflowClient(tracking_uri())
+    with _translated():
+        client = MlflowClient(tracking_uri())
     tags = {"gpt1.stage": stage, "gpt1.profile": profile, "mlflow.source.git.commit": git_commit()}
     if os.environ.get(PIPELINE_RUN_ENV):
         tags["gpt1.pipeline_run"] = os.environ[PIPELINE_RUN_ENV]
     run = _retry(lambda: client.create_run(experiment_id, tags=tags, run_name=f"{stage}-{profile}"))
-    logger = StageRun(run.info.run_id)
-    logger.log_params(params)
     try:
+        logger = StageRun(run.info.run_id)
+        logger.log_params(params)
         yield logger
-    except BaseException:
-        _retry(lambda: client.set_terminated(run.info.run_id, "FAILED"))
+    except BaseException as err:
+        _end_run(client, run.info.run_id, "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
     _retry(lambda: client.set_terminated(run.info.run_id, "FINISHED"))
+
+
+def _end_run(client: Any, run_id: str, status: str) -> None:
+    """Mark a run that did not finish; one try, silent: the stage's own error is the one to report."""
+    with contextlib.suppress(Exception):
+        client.set_terminated(run_id, status)

@@ -446,12 +446,25 @@ def check_inputs(model_dir: Path, tokenizer: GPT1Tokenizer) -> dict[str, Any]:
     require_files("pretrain", model_dir / SNAPSHOT_DIR / SNAPSHOT_INDEX, model_dir / MODEL_JSON,
                   model_dir / MODEL_FILE)
     meta = read_json(model_dir / MODEL_JSON)
+    if not isinstance(meta, dict) or not {"kind", "config", "step", "tokens"} <= meta.keys():
+        raise ZeroshotError(f"{model_dir / MODEL_JSON}: not the model.json gpt1 pretrain writes (kind, config, step, "
+                            f"tokens); re-run gpt1 pretrain")
+    _check_snapshot_index(model_dir / SNAPSHOT_DIR / SNAPSHOT_INDEX)
     if meta.get("tokenizer_sha256") != tokenizer.fingerprint():
         raise ZeroshotError(
             f"{model_dir / MODEL_JSON}: tokenizer_sha256 {meta.get('tokenizer_sha256')} differs from the tokenizer's "
             f"{tokenizer.fingerprint()}; pass the tokenizer the model was pre-trained with, or re-run gpt1 pretrain"
         )
     return meta
+
+
+def _check_snapshot_index(path: Path) -> None:
+    """A list of at least one {index, step, tokens}: anything else would score the final model alone, silently."""
+    entries = read_json(path)
+    keys = {"index", "step", "tokens"}
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and keys <= e.keys()
+                                                               for e in entries):
+        raise ZeroshotError(f"{path}: not a list of snapshots with index, step and tokens; re-run gpt1 pretrain")
 
 
 def check_references(references: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """MLflow: parallel stages must not lose a metric, fail on a locked database, or land in the wrong experiment."""
 
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
 
 from mlflow.tracking import MlflowClient
 
-from gpt1.tracking import flatten
+from gpt1.tracking import check_store, flatten, shown
 
 WRITER = """
 import sys
@@ -51,3 +54,33 @@ def test_log_steps_writes_more_than_one_batch_of_steps(tmp_path, monkeypatch):
     history = MlflowClient(uri).get_metric_history(run_id, "loss")
     assert sorted(m.step for m in history) == list(range(steps))
     assert {m.step: m.value for m in history}[3] == 0.25
+
+
+def test_a_briefly_locked_store_is_waited_for(tmp_path, monkeypatch):
+    """sqlite retries while another writer holds the lock; the stage goes on once it is released."""
+    store = tmp_path / "mlflow.db"
+    with sqlite3.connect(store) as db:  # any sqlite database locks the same way
+        db.execute("CREATE TABLE runs (id TEXT)")
+    locked, release = threading.Event(), 0.5
+
+    def hold() -> None:
+        holder = sqlite3.connect(store, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        time.sleep(release)
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    monkeypatch.setenv("GPT1_MLFLOW_LOCK_TIMEOUT", "20")
+    thread = threading.Thread(target=hold)
+    thread.start()
+    locked.wait(10)
+    started = time.perf_counter()
+    check_store(f"sqlite:///{store}")
+    thread.join()
+    assert release / 2 < time.perf_counter() - started < 15
+
+
+def test_a_password_in_the_tracking_uri_is_not_shown():
+    assert shown("https://me:secret@mlflow.example:5000/x") == "https://me:***@mlflow.example:5000/x"
+    assert shown("sqlite:///mlflow.db") == "sqlite:///mlflow.db"

@@ -6,11 +6,14 @@ import sys
 import yaml
 
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
-from gpt1.config import ConfigError, check_semantics  # noqa: E402
+from gpt1.config import ConfigError, validate as validate_params, yaml12_floats  # noqa: E402
 
-validate(config, "../schemas/params.schema.yaml")
+# `configfile:` reads YAML 1.1, where `lr: 1e-3` is the string '1e-3'; params.yaml means YAML 1.2 (as DVC and the
+# gpt1 CLI read it). Then the same checks and one-line messages as the CLI: ../schemas/params.schema.yaml and the
+# cross-field rules JSON Schema cannot say.
+config.update(yaml12_floats(dict(config)))
 try:
-    check_semantics(config)  # the cross-field rules JSON Schema cannot say
+    validate_params(config)
 except ConfigError as err:
     raise WorkflowError(f"params.yaml: {err}") from None
 
