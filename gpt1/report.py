@@ -6,8 +6,9 @@ Inputs (all under RESULTS = results/<profile>, only for the lists of params.yaml
   analyses/layers/<task>/<seed>/layers.csv          gpt1.layers     Figure 2 (left)
   analyses/zeroshot/<model>/zeroshot.csv            gpt1.zeroshot   Figure 2 (right)
   pretrain/<model>/curves.csv                       gpt1.pretrain   pre-training curves
-Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv,html}, OUT/tables/summary.json and
-OUT/figures/{figure2_left,figure2_right,pretraining}.{png,svg}, all renamed into place together at the end.
+Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv,html}, OUT/tables/summary.json (every
+number of the tables and figures), OUT/metrics.json (a curated few per stage, for `dvc metrics` and `dvc exp show`)
+and OUT/figures/{figure2_left,figure2_right,pretraining}.{png,svg}, all renamed into place together at the end.
 
 The paper's numbers come from gpt1/paper.yaml only. Rules the tables follow:
 * A missing input (a run not in params.yaml, or not run yet) is an explained gap: "—" plus a footnote naming the
@@ -52,6 +53,7 @@ TABLE_FORMATS = ("md", "tex", "csv", "html")  # html: what `snakemake --report` 
 FIGURES = ("figure2_left", "figure2_right", "pretraining")
 FIGURE_FORMATS = ("png", "svg")
 SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.json"  # in OUT itself: the DVC metrics file
 GAP = "—"  # our cell when its input is missing; the paper's own blanks stay empty
 PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
 PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.tracking.stage_run from GPT1_PIPELINE_RUN
@@ -974,6 +976,33 @@ def build_summary(tables: Sequence[Table], analyses: Analyses, gaps: int) -> dic
     return {**table_summary(tables), **analysis_summary(analyses), "report.gaps": gaps}
 
 
+# The curated metrics: short flat keys (they are column headers of `dvc exp show`), a few per stage, each the
+# summary key it copies or the mean of the summary keys it averages (a key missing from the summary, a gap, is left
+# out of the mean; none present gives null), then `gaps`, the count of missing inputs.
+CURATED_METRICS: dict[str, tuple[str, ...]] = {
+    "ppl_gpt": ("pretrain.gpt.val_perplexity",),
+    "ppl_lstm": ("pretrain.lstm.val_perplexity",),
+    "glue": ("table4.glue_average.pretrained",),
+    "glue_scratch": ("table4.glue_average.scratch",),
+    "race": ("table3.pretrained.race",),
+    "t5_no_aux": ("table5.no_aux.avg",),
+    "t5_lstm": ("table5.lstm.avg",),
+    "layers": ("figure2_left.mnli.dev_accuracy", "figure2_left.race.dev_accuracy"),
+    "zs_gpt": tuple(f"figure2_right.gpt.{task}.normalised" for task in ("cola", "sst2", "race", "dprd")),
+    "zs_lstm": tuple(f"figure2_right.lstm.{task}.normalised" for task in ("cola", "sst2", "race", "dprd")),
+}
+
+
+def curated_metrics(summary: Mapping[str, float]) -> dict[str, float | None]:
+    """The few numbers per stage that `dvc metrics show`, `dvc metrics diff` and `dvc exp show` print."""
+    curated: dict[str, float | None] = {}
+    for name, keys in CURATED_METRICS.items():
+        present = [summary[key] for key in keys if key in summary]
+        curated[name] = _rounded(sum(present) / len(present)) if present else None
+    curated["gaps"] = summary.get("report.gaps")
+    return curated
+
+
 # ---------------------------------------------------------------------------------------------------- figures
 
 
@@ -1149,7 +1178,7 @@ def declared_outputs(out_dir: str | Path) -> list[Path]:
     out_dir = Path(out_dir)
     tables = [out_dir / "tables" / f"{name}.{fmt}" for name in TABLES for fmt in TABLE_FORMATS]
     figures = [out_dir / "figures" / f"{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS]
-    return [*tables, out_dir / "tables" / SUMMARY_FILE, *figures]
+    return [*tables, out_dir / "tables" / SUMMARY_FILE, out_dir / METRICS_FILE, *figures]
 
 
 def write_report(report: Report, out_dir: Path) -> list[Path]:
@@ -1162,6 +1191,7 @@ def write_report(report: Report, out_dir: Path) -> list[Path]:
                 temp_of[out_dir / "tables" / f"{table.name}.{fmt}"].write_text(render(table), encoding="utf-8")
         temp_of[out_dir / "tables" / SUMMARY_FILE].write_text(json.dumps(report.summary, indent=2, sort_keys=True)
                                                               + "\n")
+        temp_of[out_dir / METRICS_FILE].write_text(json.dumps(curated_metrics(report.summary), indent=2) + "\n")
         for name, build in FIGURE_BUILDERS.items():
             figure = build(report.analyses)
             for fmt in FIGURE_FORMATS:
@@ -1238,6 +1268,7 @@ __all__ = [
     "ReportError",
     "adopt_pipeline_runs",
     "build_report",
+    "curated_metrics",
     "declared_outputs",
     "load_paper",
     "paper_average",

@@ -119,5 +119,5 @@ def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
     counts = job_counts(out.stdout)
     assert counts.pop("total") == sum(expected.values())
     assert counts == expected
-    assert "python -m gpt1 pretrain --profile gpu --model gpt" in out.stdout
+    assert "sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile gpu --model gpt" in out.stdout
     assert "results/default" not in out.stdout

@@ -21,12 +21,14 @@ from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_sealed_json, write_sealed_json
 from gpt1.metrics import glue_average
 from gpt1.report import (
+    CURATED_METRICS,
     FIGURES,
     SUMMARY_FILE,
     TABLES,
     Plan,
     ReportError,
     build_report,
+    curated_metrics,
     declared_outputs,
     load_paper,
     paper_average,
@@ -606,3 +608,12 @@ def test_one_seed_cells_carry_a_bootstrap_standard_error_from_the_predictions(tm
     assert float(cell["se"]) == pytest.approx(2.2, abs=0.2) and " ± " in cell["text"]
     no_predictions = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "cola")]
     assert no_predictions["se"] == "" and " ± " not in no_predictions["text"]
+
+
+def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():
+    summary = {"pretrain.gpt.val_perplexity": 212.3496, "figure2_left.mnli.dev_accuracy": 40.0,
+               "figure2_left.race.dev_accuracy": 27.75, "table4.glue_average.pretrained": 42.1506, "report.gaps": 3}
+    metrics = curated_metrics(summary)
+    assert list(metrics) == [*CURATED_METRICS, "gaps"]
+    assert metrics["ppl_gpt"] == 212.3496 and metrics["glue"] == 42.1506 and metrics["layers"] == 33.875
+    assert metrics["ppl_lstm"] is None and metrics["zs_gpt"] is None and metrics["gaps"] == 3

@@ -15,8 +15,13 @@ rule zeroshot:
     output:
         json=out("analyses", "zeroshot", "{model}", "zeroshot.json"),
         csv=out("analyses", "zeroshot", "{model}", "zeroshot.csv"),
+    log:
+        log_file("zeroshot-{model}"),
     wildcard_constraints:
         model="gpt|lstm",
+    conda:
+        ENV
+    threads: FANOUT_THREADS
     params:
         profile=PROFILE,
         model_dir=folder_of_input("weights"),
@@ -24,13 +29,8 @@ rule zeroshot:
         out=folder_of_output("json"),
         zeroshot=SETTINGS["zeroshot"],
         reference=config["zeroshot_reference"],
-    threads: FANOUT_THREADS
-    log:
-        log_file("zeroshot-{model}"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 zeroshot --profile {params.profile} --model-dir {params.model_dir}"
+        "sh workflow/scripts/gpt1.sh zeroshot --profile {params.profile} --model-dir {params.model_dir}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
 
 
@@ -44,9 +44,18 @@ rule layers:
     output:
         json=out("analyses", "layers", "{task}", "{seed}", "layers.json"),
         csv=out("analyses", "layers", "{task}", "{seed}", "layers.csv"),
+    log:
+        log_file("layers-{task}-{seed}"),
     wildcard_constraints:
         task="mnli|race",
         seed=r"\d+",
+    # the longest single job (n_layer + 1 fine-tunings): started first, it does not hold up the end of the run
+    priority: 10
+    conda:
+        ENV
+    threads: FANOUT_THREADS
+    resources:
+        mem_mb=4000,
     params:
         profile=PROFILE,
         pretrained=folder_of_input("weights"),
@@ -54,15 +63,6 @@ rule layers:
         out=folder_of_output("json"),
         finetune=SETTINGS["finetune"],
         layers=SETTINGS["layers"],
-    threads: FANOUT_THREADS
-    # the longest single job (n_layer + 1 fine-tunings): started first, it does not hold up the end of the run
-    priority: 10
-    resources:
-        mem_mb=4000,
-    log:
-        log_file("layers-{task}-{seed}"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 layers --profile {params.profile} --task {wildcards.task} --seed {wildcards.seed}"
+        "sh workflow/scripts/gpt1.sh layers --profile {params.profile} --task {wildcards.task} --seed {wildcards.seed}"
         " --pretrained {params.pretrained} --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"

@@ -4,6 +4,7 @@ import os
 import sys
 
 import yaml
+from snakemake.settings.types import DeploymentMethod
 
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
 from gpt1.config import ConfigError, validate as validate_params, yaml12_floats  # noqa: E402
@@ -25,9 +26,14 @@ os.environ.setdefault("GPT1_PIPELINE_RUN", f"snakemake-{datetime.datetime.now():
 envvars:
     "GPT1_PIPELINE_RUN",
 
-# Stage commands call `python -m gpt1` and `dvc`: those beside the Python that runs Snakemake, also when its
-# environment is not activated (`.venv/bin/snakemake --cores all`). With --use-conda the rule's env still comes first.
-# (PATH is set for the jobs here, not required from the user, so it is not an `envvars:` entry.)
+
+# Stage commands are `sh workflow/scripts/gpt1.sh <stage> ...` (in dvc.yaml too): it runs `python -m gpt1` with
+# $GPT1_PYTHON, set here to the Python running Snakemake, so `.venv/bin/snakemake --cores all` works from a shell
+# where nothing is activated; with --use-conda, to the rule's env's `python`. `dvc` (the dvc_commit rule) is the one
+# beside that Python: its folder goes first on PATH. (Both are set for the jobs, not required from the user, so
+# neither is an `envvars:` entry.)
+USE_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+os.environ.update(GPT1_PYTHON="python" if USE_CONDA else sys.executable)
 PYTHON_BIN = os.path.dirname(sys.executable)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != PYTHON_BIN:
     os.environ.update(PATH=os.pathsep.join([PYTHON_BIN, os.environ.get("PATH", "")]))
@@ -43,6 +49,14 @@ PRETRAIN_THREADS = max(1, CORES // len(config["pretrain_models"]))
 PROFILE = config["profile"]
 SETTINGS = config["profiles"][PROFILE]
 ENV = "../envs/gpt1.yaml"
+
+
+def data_mirror():
+    """The data mirror the profile reads (GPT1_DATA_MIRROR wins over params.yaml): a params value, so changing it
+    reruns the data. None where the project makes the corpus and the task data itself (smoke): nothing to rerun."""
+    if SETTINGS["corpus"]["source"] == "synthetic":
+        return None
+    return os.environ.get("GPT1_DATA_MIRROR") or config["data_mirror"]
 
 
 def out(*parts):
@@ -76,26 +90,44 @@ PRETRAINED = config["pretrain_models"]
 
 
 def pretrain_outputs():
-    return expand(out("pretrain", "{model}", "{file}"), model=PRETRAINED,
-                  file=["model.safetensors", "model.json", "metrics.json", "curves.csv", "snapshots"])
+    return expand(
+        out("pretrain", "{model}", "{file}"),
+        model=PRETRAINED,
+        file=["model.safetensors", "model.json", "metrics.json", "curves.csv", "snapshots"],
+    )
 
 
 FINETUNE_FILES = ["metrics.json", "predictions.jsonl", "curves.csv"]
 
 
 def finetune_outputs():
-    runs = expand(out("finetune", "{task}", "{variant}", "{seed}", "{file}"), task=config["finetune_tasks"],
-                  variant=config["finetune_variants"], seed=config["seeds"], file=FINETUNE_FILES)
-    ablations = expand(out("finetune", "{task}", "{variant}", "{seed}", "{file}"), task=config["ablation_tasks"],
-                       variant=["no_aux", "lstm"], seed=config["seeds"], file=FINETUNE_FILES)
+    runs = expand(
+        out("finetune", "{task}", "{variant}", "{seed}", "{file}"),
+        task=config["finetune_tasks"],
+        variant=config["finetune_variants"],
+        seed=config["seeds"],
+        file=FINETUNE_FILES,
+    )
+    ablations = expand(
+        out("finetune", "{task}", "{variant}", "{seed}", "{file}"),
+        task=config["ablation_tasks"],
+        variant=["no_aux", "lstm"],
+        seed=config["seeds"],
+        file=FINETUNE_FILES,
+    )
     return runs + ablations
 
 
 def analysis_outputs():
-    zeroshot = expand(out("analyses", "zeroshot", "{model}", "{file}"), model=PRETRAINED,
-                      file=["zeroshot.json", "zeroshot.csv"])
-    layers = expand(out("analyses", "layers", "{task}", "{seed}", "{file}"), task=config["layer_transfer_tasks"],
-                    seed=config["seeds"], file=["layers.json", "layers.csv"])
+    zeroshot = expand(
+        out("analyses", "zeroshot", "{model}", "{file}"), model=PRETRAINED, file=["zeroshot.json", "zeroshot.csv"]
+    )
+    layers = expand(
+        out("analyses", "layers", "{task}", "{seed}", "{file}"),
+        task=config["layer_transfer_tasks"],
+        seed=config["seeds"],
+        file=["layers.json", "layers.csv"],
+    )
     return zeroshot + layers
 
 
@@ -108,6 +140,8 @@ with open("params.yaml") as handle:
 def dvc_commit_flag():
     if DVC_PROFILE == PROFILE:
         return out("dvc_commit.done")
-    print(f"Note: params.yaml selects profile {DVC_PROFILE!r}, this run {PROFILE!r}: not recorded in DVC.",
-          file=sys.stderr)
+    print(
+        f"Note: params.yaml selects profile {DVC_PROFILE!r}, this run {PROFILE!r}: not recorded in DVC.",
+        file=sys.stderr,
+    )
     return []

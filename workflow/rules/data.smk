@@ -7,17 +7,17 @@ rule fetch:
     output:
         raw=out("corpus", "raw.jsonl"),
         manifest=out("corpus", "raw.manifest.json"),
-    params:
-        profile=PROFILE,
-        out=folder_of_output("raw"),
-        corpus=SETTINGS["corpus"],
-        mirror=os.environ.get("GPT1_DATA_MIRROR") or config["data_mirror"],
     log:
         log_file("fetch"),
     conda:
         ENV
+    params:
+        profile=PROFILE,
+        out=folder_of_output("raw"),
+        corpus=SETTINGS["corpus"],
+        mirror=data_mirror(),
     shell:
-        "python -m gpt1 fetch --profile {params.profile} --out {params.out} 2>&1 | tee {log}"
+        "sh workflow/scripts/gpt1.sh fetch --profile {params.profile} --out {params.out} 2>&1 | tee {log}"
 
 
 rule clean:
@@ -29,18 +29,18 @@ rule clean:
         train=out("corpus", "train.jsonl"),
         validation=out("corpus", "validation.jsonl"),
         manifest=out("corpus", "manifest.json"),
+    log:
+        log_file("clean"),
+    conda:
+        ENV
+    threads: workflow.cores
     params:
         profile=PROFILE,
         raw=folder_of_input("raw"),
         out=folder_of_output("train"),
         corpus=SETTINGS["corpus"],
-    threads: workflow.cores
-    log:
-        log_file("clean"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 clean --profile {params.profile} --raw {params.raw} --out {params.out} 2>&1 | tee {log}"
+        "sh workflow/scripts/gpt1.sh clean --profile {params.profile} --raw {params.raw} --out {params.out} 2>&1 | tee {log}"
 
 
 rule bpe:
@@ -51,19 +51,19 @@ rule bpe:
     output:
         tokenizer=out("tokenizer", "tokenizer.json"),
         meta=out("tokenizer", "gpt1_tokenizer.json"),
+    log:
+        log_file("bpe"),
+    conda:
+        ENV
+    threads: workflow.cores
     params:
         profile=PROFILE,
         corpus=folder_of_input("train"),
         out=folder_of_output("tokenizer"),
         bpe=SETTINGS["bpe"],
         chunk_chars=SETTINGS["encode"]["chunk_chars"],
-    threads: workflow.cores
-    log:
-        log_file("bpe"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 bpe --profile {params.profile} --corpus {params.corpus} --out {params.out} 2>&1 | tee {log}"
+        "sh workflow/scripts/gpt1.sh bpe --profile {params.profile} --corpus {params.corpus} --out {params.out} 2>&1 | tee {log}"
 
 
 rule encode:
@@ -78,18 +78,17 @@ rule encode:
         train_header=out("ids", "train.json"),
         validation=out("ids", "validation.bin"),
         validation_header=out("ids", "validation.json"),
+    log:
+        log_file("encode"),
+    conda:
+        ENV
+    threads: workflow.cores
     params:
         profile=PROFILE,
         tokenizer=folder_of_input("tokenizer"),
         corpus=folder_of_input("train"),
         out=folder_of_output("train"),
         encode=SETTINGS["encode"],
-    threads: workflow.cores
-    log:
-        log_file("encode"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 encode --profile {params.profile} --tokenizer {params.tokenizer} --corpus {params.corpus}"
+        "sh workflow/scripts/gpt1.sh encode --profile {params.profile} --tokenizer {params.tokenizer} --corpus {params.corpus}"
         " --out {params.out} 2>&1 | tee {log}"
-

@@ -1,5 +1,10 @@
 # Record the outputs in DVC after a Snakemake run, so `dvc status` is clean and `dvc repro` reruns nothing.
 # Only when params.yaml selects the profile Snakemake runs (see dvc_commit_flag in common.smk).
+# Bookkeeping in the repository: run by Snakemake itself, never submitted as a cluster job (the Slurm profile).
+
+
+localrules:
+    dvc_commit,
 
 
 rule dvc_commit:
@@ -14,6 +19,6 @@ rule dvc_commit:
     log:
         log_file("dvc_commit"),
     conda:
-        ENV
+        "../envs/dvc-commit.yaml"
     shell:
         "dvc commit --force > {log} 2>&1"

@@ -12,10 +12,17 @@ rule finetune:
         metrics=out("finetune", "{task}", "{variant}", "{seed}", "metrics.json"),
         predictions=out("finetune", "{task}", "{variant}", "{seed}", "predictions.jsonl"),
         curves=out("finetune", "{task}", "{variant}", "{seed}", "curves.csv"),
+    log:
+        log_file("finetune-{task}-{variant}-{seed}"),
     wildcard_constraints:
         task="|".join(config["finetune_tasks"]),
         variant="|".join(config["finetune_variants"]),
         seed=r"\d+",
+    conda:
+        ENV
+    threads: FANOUT_THREADS
+    resources:
+        mem_mb=4000,
     params:
         profile=PROFILE,
         variant=lambda wildcards: wildcards.variant,
@@ -23,15 +30,8 @@ rule finetune:
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
-    threads: FANOUT_THREADS
-    resources:
-        mem_mb=4000,
-    log:
-        log_file("finetune-{task}-{variant}-{seed}"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 finetune --profile {params.profile} --task {wildcards.task} --variant {params.variant}"
+        "sh workflow/scripts/gpt1.sh finetune --profile {params.profile} --task {wildcards.task} --variant {params.variant}"
         " --seed {wildcards.seed} --pretrained {params.pretrained} --tokenizer {params.tokenizer} --out {params.out}"
         " 2>&1 | tee {log}"
 
@@ -42,6 +42,8 @@ use rule finetune as ablation_no_aux with:
         metrics=out("finetune", "{task}", "no_aux", "{seed}", "metrics.json"),
         predictions=out("finetune", "{task}", "no_aux", "{seed}", "predictions.jsonl"),
         curves=out("finetune", "{task}", "no_aux", "{seed}", "curves.csv"),
+    log:
+        log_file("finetune-{task}-no_aux-{seed}"),
     wildcard_constraints:
         task="|".join(config["ablation_tasks"]),
         seed=r"\d+",
@@ -52,8 +54,6 @@ use rule finetune as ablation_no_aux with:
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
-    log:
-        log_file("finetune-{task}-no_aux-{seed}"),
 
 
 # ... and the LSTM language model with the auxiliary LM, fine-tuned through the same task code.
@@ -68,6 +68,8 @@ use rule ablation_no_aux as ablation_lstm with:
         metrics=out("finetune", "{task}", "lstm", "{seed}", "metrics.json"),
         predictions=out("finetune", "{task}", "lstm", "{seed}", "predictions.jsonl"),
         curves=out("finetune", "{task}", "lstm", "{seed}", "curves.csv"),
+    log:
+        log_file("finetune-{task}-lstm-{seed}"),
     params:
         profile=PROFILE,
         variant="lstm",
@@ -75,5 +77,3 @@ use rule ablation_no_aux as ablation_lstm with:
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
-    log:
-        log_file("finetune-{task}-lstm-{seed}"),

@@ -17,8 +17,15 @@ rule pretrain:
         metrics=out("pretrain", "{model}", "metrics.json"),
         curves=out("pretrain", "{model}", "curves.csv"),
         snapshots=directory(out("pretrain", "{model}", "snapshots")),
+    log:
+        log_file("pretrain-{model}"),
     wildcard_constraints:
         model="gpt|lstm",
+    conda:
+        ENV
+    threads: PRETRAIN_THREADS
+    resources:
+        mem_mb=8000,
     params:
         profile=PROFILE,
         ids=folder_of_input("train"),
@@ -26,13 +33,6 @@ rule pretrain:
         out=folder_of_output("weights"),
         model=SETTINGS["model"],
         pretrain=SETTINGS["pretrain"],
-    threads: PRETRAIN_THREADS
-    resources:
-        mem_mb=8000,
-    log:
-        log_file("pretrain-{model}"),
-    conda:
-        ENV
     shell:
-        "python -m gpt1 pretrain --profile {params.profile} --model {wildcards.model} --ids {params.ids}"
+        "sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile {params.profile} --model {wildcards.model} --ids {params.ids}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"

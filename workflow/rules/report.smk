@@ -20,22 +20,33 @@ rule report:
         ],
         markdown=expand(out("tables", "{table}.{ext}"), table=TABLES, ext=["md", "tex", "csv"]),
         summary=out("tables", "summary.json"),
+        # the curated few numbers per stage: `dvc metrics show` and `dvc exp show` print them
+        metrics=out("metrics.json"),
         figures=[
             report(out("figures", f"{f}.png"), caption=f"../report/{f}.rst", category="Figures", labels={"figure": f})
             for f in FIGURES
         ],
         svg=expand(out("figures", "{figure}.svg"), figure=FIGURES),
+    log:
+        log_file("report"),
+    conda:
+        ENV
     params:
         profile=PROFILE,
         # results/<profile>: the folder holding tables/ (the report writes there and reads what is beside it)
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.summary)),
         out=lambda wildcards, output: os.path.dirname(os.path.dirname(output.summary)),
-        lists={k: config[k] for k in ("finetune_tasks", "finetune_variants", "seeds", "pretrain_models",
-                                      "ablation_tasks", "layer_transfer_tasks")},
-    log:
-        log_file("report"),
-    conda:
-        ENV
+        lists={
+            k: config[k]
+            for k in (
+                "finetune_tasks",
+                "finetune_variants",
+                "seeds",
+                "pretrain_models",
+                "ablation_tasks",
+                "layer_transfer_tasks",
+            )
+        },
     shell:
-        "python -m gpt1 report --profile {params.profile} --results {params.results} --out {params.out}"
+        "sh workflow/scripts/gpt1.sh report --profile {params.profile} --results {params.results} --out {params.out}"
         " 2>&1 | tee {log}"

@@ -1,0 +1,59 @@
+"""A copy of the repository for the end-to-end tests, as a user's checkout after `./setup.sh`: what both engines read,
+params.yaml selecting the smoke profile, git and DVC initialised, `.venv` the virtual environment running the tests,
+and a user's shell where nothing is activated."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+DVC = [sys.executable, "-m", "dvc"]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    out = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, f"{' '.join(args)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout + out.stderr
+
+
+def user_env() -> dict[str, str]:
+    """No MLflow, gpt1 or Snakemake variables, the virtual environment off PATH, a git identity for commits."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GPT1_", "SNAKEMAKE_", "VIRTUAL_ENV"))}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)
+    env.update(GIT_AUTHOR_NAME="gpt1 test", GIT_AUTHOR_EMAIL="test@example.org", GIT_COMMITTER_NAME="gpt1 test",
+               GIT_COMMITTER_EMAIL="test@example.org")  # fmt: skip
+    return env
+
+
+def link_venv(root: Path) -> None:
+    """`root/.venv`: the virtual environment running the tests, where setup.sh would have made it."""
+    (root / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+
+
+def smoke_checkout(root: Path, env: dict[str, str], **params: object) -> Path:
+    """A git + DVC repository in `root` holding the project with params.yaml selecting smoke (then `params`)."""
+    for name in ("workflow", "gpt1"):
+        shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", "environment.yml", ".gitignore", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    settings = yaml.safe_load((REPO / "params.yaml").read_text())
+    settings.update(profile="smoke", **params)
+    (root / "params.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    link_venv(root)
+    run(["git", "init", "-q"], root, env)
+    run([*DVC, "init", "-q"], root, env)
+    shutil.copy(REPO / ".dvc" / "config", root / ".dvc" / "config")
+    return root
+
+
+def commit_all(root: Path, env: dict[str, str], message: str) -> None:
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-q", "-m", message], root, env)
