@@ -387,9 +387,10 @@ def _quiet_mlflow() -> Iterator[None]:
     """MLflow's INFO lines and advice while logging a model (environment notes, URLs) are not the stage's output."""
     import warnings
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     logger = logging.getLogger("mlflow")
     level = logger.level
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(logging.ERROR)  # also the advice on cloudpickle and on pip's version in conda.yaml
     try:
         with warnings.catch_warnings():  # the signature is given: an input example would only cost a model load
             warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)

@@ -20,8 +20,9 @@ def run(args: list[str], cwd: Path, env: dict) -> str:
     return out.stdout + out.stderr
 
 
-def smoke_repo(root: Path) -> tuple[Path, dict, str]:
-    """A copy of the repository in `root` with params.yaml selecting smoke, after one `snakemake --cores 2`."""
+def smoke_repo(root: Path, env_extra: dict[str, str] | None = None) -> tuple[Path, dict, str]:
+    """A copy of the repository in `root` with params.yaml selecting smoke, after one `snakemake --cores 2`;
+    `env_extra` (e.g. MLFLOW_TRACKING_URI) is added to the otherwise cleaned environment."""
     for name in ("workflow", "gpt1"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", "environment.yml"):
@@ -33,6 +34,7 @@ def smoke_repo(root: Path) -> tuple[Path, dict, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GPT1_", "SNAKEMAKE_"))}
     # A user's shell: the virtual environment not activated (the workflow puts its Python first on PATH itself)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent)
+    env.update(env_extra or {})
     run(["git", "init", "-q"], root, env)
     run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
     shutil.copy(REPO / ".dvc" / "config", root / ".dvc" / "config")
