@@ -7,6 +7,10 @@ a file lock and every run names its experiment by id. Writes retry while sqlite 
 Before a stage opens its run, the store is checked in seconds (a server that does not answer, a sqlite file that
 is not a database, truncated, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT); every failure of the store is
 one TrackingError naming it. A run ends FINISHED, FAILED, or KILLED (SIGTERM, Ctrl-C), never left RUNNING.
+
+What users see: runs named by what they are ("finetune sst2 pretrained seed0"), an experiment tagged to open on its
+runs (not MLflow 3's GenAI overview), datasets as run inputs with their source and sha256, and models logged as MLflow
+Python models (gpt1.mlflow_models) linked to their run, registered where the store has a registry.
 """
 
 from __future__ import annotations

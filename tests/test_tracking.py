@@ -84,3 +84,27 @@ def test_a_briefly_locked_store_is_waited_for(tmp_path, monkeypatch):
 def test_a_password_in_the_tracking_uri_is_not_shown():
     assert shown("https://me:secret@mlflow.example:5000/x") == "https://me:***@mlflow.example:5000/x"
     assert shown("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+
+
+def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
+    """MLflow 3's UI opens an untagged experiment on the GenAI overview; ours open on their runs."""
+    from gpt1.tracking import EXPERIMENT_KIND, ensure_experiment
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    old = client.create_experiment("older")
+    assert ensure_experiment("older") == old
+    assert ensure_experiment("newer") != old
+    for name in ("older", "newer"):
+        assert client.get_experiment_by_name(name).tags.items() >= EXPERIMENT_KIND.items()
+
+
+def test_dataset_sources_say_where_the_data_came_from():
+    from gpt1.tracking import dataset_source
+
+    hub = dataset_source("hub:nyu-mll/glue (sst2, split train)")
+    assert (hub._get_source_type(), hub.url) == ("http", "https://huggingface.co/datasets/nyu-mll/glue")
+    local = dataset_source("mirror:/data/glue/sst2/train.parquet")
+    assert (local._get_source_type(), local.to_dict()) == ("code", {"tags": {"gpt1.source":
+                                                                              "mirror:/data/glue/sst2/train.parquet"}})
