@@ -226,14 +226,21 @@ def _exclusive(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _retry(call: Callable[[], T], attempts: int = 12) -> T:
-    """sqlite allows one writer at a time; back off and retry on 'database is locked'. Then name the store."""
+# Two runs logging the same new dataset at once: both look it up, both insert it, one breaks the unique key (sqlite
+# and PostgreSQL say it differently); tried again, the lookup finds it.
+DUPLICATE_ERRORS = ("unique constraint", "duplicate key")
+
+
+def _retry(call: Callable[[], T], attempts: int = 12, transient: tuple[str, ...] = ("locked",)) -> T:
+    """sqlite allows one writer at a time; back off and retry on 'database is locked' (and what else `transient`
+    names). Then name the store."""
     with _translated():
         for attempt in range(attempts):
             try:
                 return call()
             except Exception as err:  # MlflowException or sqlalchemy OperationalError, depending on the layer
-                if "locked" not in str(err).lower() or attempt == attempts - 1:
+                message = str(err).lower()
+                if not any(word in message for word in transient) or attempt == attempts - 1:
                     raise
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
@@ -329,7 +336,8 @@ class StageRun:
 
         dataset = MetaDataset(dataset_source(source), name=name, digest=sha256[:DIGEST_CHARS])._to_mlflow_entity()
         tags = [InputTag("mlflow.data.context", context), InputTag("gpt1.sha256", sha256)]
-        _retry(lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)]))
+        _retry(lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)]),
+               transient=("locked", *DUPLICATE_ERRORS))
 
     def log_model(self, name: str, python_model: Any, artifacts: Mapping[str, str], signature: Any,
                   step: int = 0) -> str:

@@ -108,3 +108,26 @@ def test_dataset_sources_say_where_the_data_came_from():
     local = dataset_source("mirror:/data/glue/sst2/train.parquet")
     assert (local._get_source_type(), local.to_dict()) == ("code", {"tags": {"gpt1.source":
                                                                               "mirror:/data/glue/sst2/train.parquet"}})
+
+
+def test_a_dataset_another_run_inserted_at_the_same_moment_is_logged_on_the_retry(tmp_path, monkeypatch):
+    """Two fine-tuning runs of one task log the same new dataset at once: the loser's insert breaks the unique key."""
+    from mlflow.exceptions import MlflowException
+
+    from gpt1.tracking import stage_run
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    with stage_run("finetune", "smoke", "inputs", {}) as run:
+        real, calls = run.client.log_inputs, []
+
+        def racing(*args, **kwargs):
+            calls.append(args)
+            if len(calls) == 1:
+                raise MlflowException('(psycopg2.errors.UniqueViolation) duplicate key value violates "dataset_pk"')
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(run.client, "log_inputs", racing)
+        run.log_dataset("sst2/train", "hub:nyu-mll/glue (sst2, split train)", "f" * 64, "train")
+        run_id = run.run_id
+    (given,) = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(run_id).inputs.dataset_inputs
+    assert len(calls) == 2 and (given.dataset.name, given.dataset.digest) == ("sst2/train", "f" * 32)
