@@ -85,12 +85,12 @@ class TaskModel(mlflow.pyfunc.PythonModel):
     (NaN for a score)."""
 
     def load_context(self, context: Any) -> None:
+        from safetensors.torch import load_model
+
         from gpt1.tokenizer import GPT1Tokenizer
 
         meta = json.loads(Path(context.artifacts["meta"]).read_text())
         self.model, self.spec = build_task_model(meta)
-        from safetensors.torch import load_model
-
         load_model(self.model, context.artifacts["weights"])
         self.model.eval()
         self.tokenizer = GPT1Tokenizer.load(context.artifacts["tokenizer"])

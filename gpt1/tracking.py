@@ -349,11 +349,14 @@ class StageRun:
         package = Path(__file__).resolve().parent
         mlflow.set_tracking_uri(tracking_uri())
         experiment_id = self.client.get_run(self.run_id).info.experiment_id
-        with _translated(), _quiet_mlflow():
-            mlflow.set_experiment(experiment_id=experiment_id)  # the logged model's experiment: the run's
-            info = Model.log(None, name=name, flavor=mlflow.pyfunc, run_id=self.run_id, python_model=python_model,
-                             artifacts=dict(artifacts), code_paths=[str(package)], signature=signature,
-                             pip_requirements=model_requirements(), step=step)
+        with _quiet_mlflow():
+            _retry(lambda: mlflow.set_experiment(experiment_id=experiment_id))  # the logged model's: the run's
+            # Retried whole on a locked sqlite store (MLflow's own writes inside are not): an attempt that failed
+            # half-way may leave an empty logged model beside the one that counts.
+            info = _retry(lambda: Model.log(None, name=name, flavor=mlflow.pyfunc, run_id=self.run_id,
+                                            python_model=python_model, artifacts=dict(artifacts),
+                                            code_paths=[str(package)], signature=signature,
+                                            pip_requirements=model_requirements(), step=step))
         return info.model_uri
 
     def register_model(self, model_uri: str, name: str, tags: Mapping[str, Any]) -> str | None:
@@ -366,8 +369,8 @@ class StageRun:
             print(f"mlflow: {shown(uri)} has no model registry (use a database or a server); {name} not registered")
             return None
         mlflow.set_tracking_uri(uri)
-        with _translated(), _quiet_mlflow():
-            version = mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in tags.items()})
+        with _quiet_mlflow():
+            version = _retry(lambda: mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in tags.items()}))
         return str(version.version)
 
 
