@@ -153,6 +153,7 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
     with stage_run("fetch", cfg.profile, cfg.root["mlflow"]["experiment"], {"corpus": corpus}) as run:
         info = fetch(corpus, cfg.data_mirror, out / "raw.jsonl", out / "raw.manifest.json")
         run.set_tags({"gpt1.data_source": info["source"], "gpt1.data_sha256": info["sha256"]})
+        run.log_dataset("corpus/raw.jsonl", info["source"], info["sha256"], "fetched")
         run.log_metrics({"documents": info["documents"], "text_bytes": info["text_bytes"]})
         run.log_artifact(out / "raw.manifest.json")
     return info
@@ -170,6 +171,7 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
     with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})
+        run.log_dataset("corpus/raw.jsonl", raw_info["source"], raw_info["sha256"], "raw")
         outputs = {split: out / f"{split}.jsonl" for split in SPLITS}
         info = clean(raw_dir / "raw.jsonl", corpus, outputs, out / "manifest.json", workers)
         run.log_metrics({

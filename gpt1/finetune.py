@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import random
@@ -62,7 +63,7 @@ from gpt1.tasks import (
     report_examples,
     transform_batch,
 )
-from gpt1.tokenizer import FINETUNE_SPECIALS, GPT1Tokenizer
+from gpt1.tokenizer import FINETUNE_SPECIALS, META_FILE, GPT1Tokenizer
 
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -955,16 +956,56 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
 
     out = Path(out_dir)
     job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers)
-    with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg)) as run:
+    with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg),
+                   name=run_name(job)) as run:
         splits = ",".join(_split_name(p) for p in job.evals)
         run.set_tags({"gpt1.task": job.spec.name, "gpt1.variant": job.variant.name, "gpt1.seed": seed,
                       "gpt1.split": splits, "gpt1.transfer_layers": transfer_layers,
                       "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
+        _log_inputs(run, job)
         result = finetune_job(job, _mlflow_curves(run))
         write_outputs(out, result)
         run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
-        run.log_artifact(out / METRICS_FILE)
+        for name in OUTPUT_FILES:
+            run.log_artifact(out / name)
+        _log_model(run, job, cfg, result.metrics["updates"])
     return result.metrics
+
+
+def run_name(job: Job) -> str:
+    """What the run is, for mlflow ui: 'finetune sst2 pretrained seed0' (+ 'k2' with 2 blocks transferred)."""
+    layers = "" if job.transfer_layers is None else f" k{job.transfer_layers}"
+    return f"finetune {job.spec.name} {job.variant.name} seed{job.seed}{layers}"
+
+
+def part_sha256(part: Part) -> str:
+    """sha256 of a part's examples as read (texts, choices, label, row, configuration), in order."""
+    digest = hashlib.sha256()
+    for e in part.examples:
+        digest.update(json.dumps([e.texts, e.choices, e.label, e.index, e.config], ensure_ascii=False).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _log_inputs(run: Any, job: Job) -> None:
+    """The task data trained and evaluated on, as run inputs: source (hub id, mirror or project-made) and hash."""
+    parts = [("train", job.train), *(("selection", p) for p in [job.selection] if p is not None),
+             *(("eval", p) for p in job.evals)]
+    for context, part in parts:
+        source = part.loaded.description.get("source", "")
+        source = f"hub:{job.spec.path}" if source == "hub" else source
+        run.log_dataset(f"{job.spec.name}/{_split_name(part)}", source, part_sha256(part), context)
+
+
+def _log_model(run: Any, job: Job, cfg: Any, updates: int) -> None:
+    from gpt1.mlflow_models import log_task_model
+
+    tokenizer_dir = Path(job.tokenizer_source)
+    if not (tokenizer_dir / META_FILE).is_file():  # the released model's BPE (vocab.json, merges.txt) is not ours
+        print(f"finetune: model not logged to MLflow: {job.tokenizer_source} is not a gpt1 bpe folder")
+        return
+    clf_dropout = cfg.section("finetune")["clf_dropout"]
+    log_task_model(run, job.model, job.spec, job.variant.name, clf_dropout, tokenizer_dir, updates)
 
 
 __all__ = [

@@ -233,7 +233,7 @@ def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str 
     if meta["kind"] != "gpt":
         raise Gpt1Error(f"{model_dir}: a {meta['kind']!r} model has no OpenAIGPT counterpart; export a gpt model")
     params = {"export": {"format": fmt, "source": str(model_dir)}, "model": meta["config"]}
-    with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"export {fmt}") as run:
         staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         try:

@@ -151,6 +151,8 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     headers = {}
     with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
         for split in ("train", "validation"):
+            name = f"{split}.jsonl"
+            run.log_dataset(f"corpus/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"], split)
             start = time.perf_counter()
             header = encode_split(tokenizer_dir, corpus_dir / f"{split}.jsonl", out / f"{split}.bin",
                                   out / f"{split}.json", encode["dtype"], encode["chunk_chars"], workers)

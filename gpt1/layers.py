@@ -52,7 +52,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     runs, points = {}, []
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
               "layers": cfg.section("layers")}
-    with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params,
+                   name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
         for k in range(n_layer + 1):
             metrics = finetune_run(cfg, task, "pretrained", seed, pretrained_dir, tokenizer_dir,

@@ -952,6 +952,30 @@ def _params(job: Job) -> dict[str, Any]:
             "device": str(job.rt.device), "autocast": str(job.dtype), "compiled": job.compiled}
 
 
+def _log_inputs(run: Any, job: Job, ids_dir: Path) -> None:
+    """The token ids trained and validated on, as run inputs with their sha256."""
+    for context, ids in (("train", job.train_ids), ("validation", job.val_ids)):
+        name = f"{context}.bin"
+        run.log_dataset(f"ids/{name}", f"gpt1 encode:{ids_dir / name}", ids.header["sha256"], context)
+
+
+# What the registry shows beside a pre-trained model's version
+REGISTRY_METRICS = ("val_loss", "val_perplexity", "train_loss", "steps", "tokens", "parameters")
+
+
+def _log_model(run: Any, job: Job, tokenizer_dir: Path, metrics: dict[str, Any], registered_name: str) -> None:
+    """The finished model as an MLflow model (with its tokenizer); the GPT also as a new version of
+    `registered_name` in the model registry, tagged with its metrics."""
+    from gpt1.mlflow_models import log_language_model
+
+    model_uri = log_language_model(run, job.kind, job.raw, job.out_dir, tokenizer_dir, job.plan.total_steps)
+    if job.kind == "gpt":
+        tags = {f"metric.{key}": metrics[key] for key in REGISTRY_METRICS}
+        version = run.register_model(model_uri, registered_name, {**tags, "gpt1.run_id": run.run_id})
+        if version is not None:
+            print(f"pretrain: registered {registered_name} version {version} ({model_uri})")
+
+
 def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 pretrain`: train (or resume) a language model on IDS/train.bin; write the declared outputs in OUT/.
     Under torchrun every process runs this; only rank 0 writes files and logs."""
@@ -966,9 +990,14 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
             print(f"pretrain: resuming from the checkpoint at step {job.resumed_from} in {job.resume_dir}")
         from gpt1.tracking import stage_run
 
-        with stage_run(f"pretrain-{model_kind}", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job)) as run:
+        experiment = cfg.root["mlflow"]["experiment"]
+        with stage_run(f"pretrain-{model_kind}", cfg.profile, experiment, _params(job),
+                       name=f"pretrain {model_kind}") as run:
             run.set_tags({"gpt1.tokenizer_sha256": job.tokenizer_sha256, "gpt1.resumed_from_step": job.resumed_from})
-            return run_training(job, run)
+            _log_inputs(run, job, Path(ids_dir))
+            metrics = run_training(job, run)
+            _log_model(run, job, Path(tokenizer_dir), metrics, f"{experiment}-{cfg.profile}-{model_kind}")
+            return metrics
     finally:
         shutdown_runtime(rt)
 

@@ -354,6 +354,8 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     verify_file(corpus_dir / "train.jsonl", manifest.get("train"), "clean", corpus_dir / "manifest.json")
     with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
         run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
+        train_file = corpus_dir / "train.jsonl"
+        run.log_dataset("corpus/train.jsonl", f"gpt1 clean:{train_file}", manifest["train"]["sha256"], "train")
         start = time.perf_counter()
         tok = train_on_corpus(corpus_dir / "train.jsonl", bpe, chunk_chars, workers)
         seconds = time.perf_counter() - start

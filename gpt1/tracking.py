@@ -7,6 +7,10 @@ a file lock and every run names its experiment by id. Writes retry while sqlite 
 Before a stage opens its run, the store is checked in seconds (a server that does not answer, a sqlite file that
 is not a database, truncated, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT); every failure of the store is
 one TrackingError naming it. A run ends FINISHED, FAILED, or KILLED (SIGTERM, Ctrl-C), never left RUNNING.
+
+What users see: runs named by what they are ("finetune sst2 pretrained seed0"), an experiment tagged to open on its
+runs (not MLflow 3's GenAI overview), datasets as run inputs with their source and sha256, and models logged as MLflow
+Python models (gpt1.mlflow_models) linked to their run, registered where the store has a registry.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ PROBE_SECONDS = 5.0  # a tracking server that does not accept a connection in th
 # MLflow retries a failing HTTP request 7 times with exponential back-off (minutes); a stage fails sooner.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# MLflow 3's UI opens an experiment on its GenAI overview unless this tag says it holds model training runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+DIGEST_CHARS = 32  # MLflow stores a dataset digest in 36 characters (PostgreSQL enforces it); the full hash is a tag
+# Stores with a model registry: a database, a server, Databricks (a file store under ./mlruns has none).
+REGISTRY_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+# What a logged model needs to run (pinned to what logged it); given, not inferred: inference loads the model in a
+# subprocess, seconds for every fine-tuning job.
+MODEL_REQUIREMENTS = ("mlflow", "torch", "transformers", "safetensors", "tokenizers", "numpy", "pandas", "pyyaml",
+                      "jsonschema", "ftfy", "spacy")
 T = TypeVar("T")
 
 
@@ -213,14 +226,21 @@ def _exclusive(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _retry(call: Callable[[], T], attempts: int = 12) -> T:
-    """sqlite allows one writer at a time; back off and retry on 'database is locked'. Then name the store."""
+# Two runs logging the same new dataset at once: both look it up, both insert it, one breaks the unique key (sqlite
+# and PostgreSQL say it differently); tried again, the lookup finds it.
+DUPLICATE_ERRORS = ("unique constraint", "duplicate key")
+
+
+def _retry(call: Callable[[], T], attempts: int = 12, transient: tuple[str, ...] = ("locked",)) -> T:
+    """sqlite allows one writer at a time; back off and retry on 'database is locked' (and what else `transient`
+    names). Then name the store."""
     with _translated():
         for attempt in range(attempts):
             try:
                 return call()
             except Exception as err:  # MlflowException or sqlalchemy OperationalError, depending on the layer
-                if "locked" not in str(err).lower() or attempt == attempts - 1:
+                message = str(err).lower()
+                if not any(word in message for word in transient) or attempt == attempts - 1:
                     raise
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
@@ -237,9 +257,12 @@ def ensure_experiment(name: str) -> str:
         mlflow.set_tracking_uri(uri)
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(name)
-        if experiment is not None:
-            return experiment.experiment_id
-        return client.create_experiment(name)
+        if experiment is None:
+            return client.create_experiment(name, tags=EXPERIMENT_KIND)
+        for key, value in EXPERIMENT_KIND.items():  # an experiment made before the tag existed
+            if experiment.tags.get(key) != value:
+                client.set_experiment_tag(experiment.experiment_id, key, value)
+        return experiment.experiment_id
 
 
 def git_commit() -> str:
@@ -305,10 +328,97 @@ class StageRun:
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         _retry(lambda: self.client.log_artifact(self.run_id, str(path), folder))
 
+    def log_dataset(self, name: str, source: str, sha256: str, context: str) -> None:
+        """A dataset the stage read, as a run input: its name, where it came from and its hash (`context`: the role
+        it plays, e.g. train or eval). Only metadata: the data stays where it is."""
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+
+        dataset = MetaDataset(dataset_source(source), name=name, digest=sha256[:DIGEST_CHARS])._to_mlflow_entity()
+        tags = [InputTag("mlflow.data.context", context), InputTag("gpt1.sha256", sha256)]
+        _retry(lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)]),
+               transient=("locked", *DUPLICATE_ERRORS))
+
+    def log_model(self, name: str, python_model: Any, artifacts: Mapping[str, str], signature: Any,
+                  step: int = 0) -> str:
+        """Log an MLflow Python model (its artifacts copied, this package as its code) linked to this run and its
+        metrics at `step`; returns the model's URI (models:/<model id>)."""
+        import mlflow
+        from mlflow.models import Model
+
+        package = Path(__file__).resolve().parent
+        mlflow.set_tracking_uri(tracking_uri())
+        experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        with _quiet_mlflow():
+            _retry(lambda: mlflow.set_experiment(experiment_id=experiment_id))  # the logged model's: the run's
+            # Retried whole on a locked sqlite store (MLflow's own writes inside are not): an attempt that failed
+            # half-way may leave an empty logged model beside the one that counts.
+            info = _retry(lambda: Model.log(None, name=name, flavor=mlflow.pyfunc, run_id=self.run_id,
+                                            python_model=python_model, artifacts=dict(artifacts),
+                                            code_paths=[str(package)], signature=signature,
+                                            pip_requirements=model_requirements(), step=step))
+        return info.model_uri
+
+    def register_model(self, model_uri: str, name: str, tags: Mapping[str, Any]) -> str | None:
+        """A new version of registered model `name` from a logged model, tagged (e.g. with its metrics); None, with a
+        note, where the store has no registry."""
+        import mlflow
+
+        uri = tracking_uri()
+        if urllib.parse.urlsplit(uri).scheme not in REGISTRY_SCHEMES:
+            print(f"mlflow: {shown(uri)} has no model registry (use a database or a server); {name} not registered")
+            return None
+        mlflow.set_tracking_uri(uri)
+        with _quiet_mlflow():
+            version = _retry(lambda: mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in tags.items()}))
+        return str(version.version)
+
+
+def dataset_source(source: str) -> Any:
+    """An MLflow dataset source from our source strings: hub:<id>, mirror:<path>, files:<paths>, synthetic:<recipe>
+    (what gpt1.sources and gpt1.tasks write into manifests)."""
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.http_dataset_source import HTTPDatasetSource
+
+    kind, _, where = source.partition(":")
+    if kind == "hub" and where:
+        return HTTPDatasetSource(f"https://huggingface.co/datasets/{where.split()[0]}")
+    return CodeDatasetSource({"gpt1.source": source})
+
+
+def model_requirements() -> list[str]:
+    """MODEL_REQUIREMENTS pinned to the versions installed here (those not installed are left out)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pinned = []
+    for name in MODEL_REQUIREMENTS:
+        with contextlib.suppress(PackageNotFoundError):
+            pinned.append(f"{name}=={version(name)}")
+    return pinned
+
 
 @contextlib.contextmanager
-def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, Any]) -> Iterator[StageRun]:
-    """An MLflow run for one stage execution, tagged with stage, profile, commit and pipeline run."""
+def _quiet_mlflow() -> Iterator[None]:
+    """MLflow's INFO lines and advice while logging a model (environment notes, URLs) are not the stage's output."""
+    import warnings
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # also the advice on cloudpickle and on pip's version in conda.yaml
+    try:
+        with warnings.catch_warnings():  # the signature is given: an input example would only cost a model load
+            warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, Any],
+              name: str | None = None) -> Iterator[StageRun]:
+    """An MLflow run for one stage execution, tagged with stage, profile, commit and pipeline run; `name` says what
+    it is in `mlflow ui` (e.g. "finetune sst2 pretrained seed0"), the stage's name by default."""
     from mlflow.tracking import MlflowClient
 
     check_store()
@@ -318,7 +428,7 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
     tags = {"gpt1.stage": stage, "gpt1.profile": profile, "mlflow.source.git.commit": git_commit()}
     if os.environ.get(PIPELINE_RUN_ENV):
         tags["gpt1.pipeline_run"] = os.environ[PIPELINE_RUN_ENV]
-    run = _retry(lambda: client.create_run(experiment_id, tags=tags, run_name=f"{stage}-{profile}"))
+    run = _retry(lambda: client.create_run(experiment_id, tags=tags, run_name=name or stage))
     try:
         logger = StageRun(run.info.run_id)
         logger.log_params(params)

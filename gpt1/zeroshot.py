@@ -558,7 +558,7 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
 
-    with stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    with stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"zeroshot {kind}") as run:
         run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
         entries = []
         with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:

@@ -84,3 +84,50 @@ def test_a_briefly_locked_store_is_waited_for(tmp_path, monkeypatch):
 def test_a_password_in_the_tracking_uri_is_not_shown():
     assert shown("https://me:secret@mlflow.example:5000/x") == "https://me:***@mlflow.example:5000/x"
     assert shown("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+
+
+def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
+    """MLflow 3's UI opens an untagged experiment on the GenAI overview; ours open on their runs."""
+    from gpt1.tracking import EXPERIMENT_KIND, ensure_experiment
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    old = client.create_experiment("older")
+    assert ensure_experiment("older") == old
+    assert ensure_experiment("newer") != old
+    for name in ("older", "newer"):
+        assert client.get_experiment_by_name(name).tags.items() >= EXPERIMENT_KIND.items()
+
+
+def test_dataset_sources_say_where_the_data_came_from():
+    from gpt1.tracking import dataset_source
+
+    hub = dataset_source("hub:nyu-mll/glue (sst2, split train)")
+    assert (hub._get_source_type(), hub.url) == ("http", "https://huggingface.co/datasets/nyu-mll/glue")
+    local = dataset_source("mirror:/data/glue/sst2/train.parquet")
+    assert (local._get_source_type(), local.to_dict()) == ("code", {"tags": {"gpt1.source":
+                                                                              "mirror:/data/glue/sst2/train.parquet"}})
+
+
+def test_a_dataset_another_run_inserted_at_the_same_moment_is_logged_on_the_retry(tmp_path, monkeypatch):
+    """Two fine-tuning runs of one task log the same new dataset at once: the loser's insert breaks the unique key."""
+    from mlflow.exceptions import MlflowException
+
+    from gpt1.tracking import stage_run
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    with stage_run("finetune", "smoke", "inputs", {}) as run:
+        real, calls = run.client.log_inputs, []
+
+        def racing(*args, **kwargs):
+            calls.append(args)
+            if len(calls) == 1:
+                raise MlflowException('(psycopg2.errors.UniqueViolation) duplicate key value violates "dataset_pk"')
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(run.client, "log_inputs", racing)
+        run.log_dataset("sst2/train", "hub:nyu-mll/glue (sst2, split train)", "f" * 64, "train")
+        run_id = run.run_id
+    (given,) = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(run_id).inputs.dataset_inputs
+    assert len(calls) == 2 and (given.dataset.name, given.dataset.digest) == ("sst2/train", "f" * 32)

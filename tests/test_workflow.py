@@ -11,10 +11,11 @@ from pipeline_repo import REPO, commit_all, link_venv, run, smoke_checkout, user
 pytestmark = pytest.mark.slow
 
 
-def smoke_repo(root: Path) -> tuple[Path, dict, str]:
+def smoke_repo(root: Path, env_extra: dict[str, str] | None = None) -> tuple[Path, dict, str]:
     """A checkout in `root` with params.yaml selecting smoke, after one `snakemake --cores 2` from a user's shell
-    (the virtual environment not activated: the workflow finds its Python itself)."""
-    env = user_env()
+    (the virtual environment not activated: the workflow finds its Python itself); `env_extra` (e.g.
+    MLFLOW_TRACKING_URI) is added to that shell's environment."""
+    env = {**user_env(), **(env_extra or {})}
     # Every task and both variants (each transformation and metric), but one ablation task: CI time.
     smoke_checkout(root, env, ablation_tasks=["rte"])
     log = run([sys.executable, "-m", "snakemake", "--cores", "2"], root, env)
