@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from gpt1.config import load_config
 from gpt1.errors import Gpt1Error
-from gpt1.files import write_json
+from gpt1.files import file_record, write_json
 from gpt1.finetune import (
     CURVE_FIELDS,
     FinetuneModel,
@@ -62,7 +62,8 @@ def save_pretrained(model: torch.nn.Module, kind: str, tok: GPT1Tokenizer, out: 
     out.mkdir(parents=True, exist_ok=True)
     save_weights(model, out / "model.safetensors", weights_metadata(kind, model.config, tok.fingerprint(), 0, 0))
     write_json(out / "model.json", {"kind": kind, "config": dataclasses.asdict(model.config),
-                                    "tokenizer_sha256": tok.fingerprint(), "step": 0, "tokens": 0})
+                                    "tokenizer_sha256": tok.fingerprint(), "step": 0, "tokens": 0,
+                                    "weights": file_record(out / "model.safetensors")})
     return out
 
 
@@ -396,13 +397,15 @@ def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_
         finetune_stage(config(), "sst2", "scratch", 0, other, assets.tokenizer, out)
 
 
-def test_a_failure_during_the_run_leaves_no_output(assets: Assets, mlflow_env: str, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_during_the_run_keeps_the_previous_outputs(assets: Assets, mlflow_env: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs are replaced only by the final renames: a run that fails leaves an earlier run's files as they were,
+    and no temp file."""
     import gpt1.finetune as finetune
 
     out = tmp_path / "out"
     out.mkdir()
-    for path in declared_outputs(out):  # an earlier run's files must not survive beside a failed run
+    for path in declared_outputs(out):
         path.write_text("old")
 
     def broken(job):
@@ -411,7 +414,8 @@ def test_a_failure_during_the_run_leaves_no_output(assets: Assets, mlflow_env: s
     monkeypatch.setattr(finetune, "evaluate_reports", broken)
     with pytest.raises(RuntimeError, match="killed"):
         finetune_stage(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
-    assert list(out.iterdir()) == []
+    assert sorted(out.iterdir()) == sorted(declared_outputs(out))
+    assert all(path.read_text() == "old" for path in declared_outputs(out))
 
 
 def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
