@@ -105,22 +105,24 @@ def file_record(path: str | Path) -> dict[str, Any]:
     return {"bytes": Path(path).stat().st_size, "sha256": sha256_file(path)}
 
 
-def verify_file(path: str | Path, record: dict[str, Any], producer: str, where: str | Path) -> None:
-    """Refuse `path` unless it has the size and sha256 of `record` (written by `producer` into `where`), before any
-    expensive work: a changed, truncated or corrupt input is named with the stage that makes it again."""
+def verify_file(path: str | Path, record: dict[str, Any], producer: str, where: str | Path, fix: str | None = None,
+                error: type[Gpt1Error] = Gpt1Error) -> None:
+    """Refuse `path` (raising `error`) unless it has the size and sha256 of `record` (written by `producer` into
+    `where`), before any expensive work: a changed, truncated or corrupt input is named with its `fix`, by default
+    the stage that makes it again."""
     path = Path(path)
-    fix = f"re-run the {producer} stage (gpt1 {producer})"
+    fix = fix or f"re-run the {producer} stage (gpt1 {producer})"
     if not path.is_file():
-        raise Gpt1Error(f"{path}: missing; {fix}")
+        raise error(f"{path}: missing; {fix}")
     if not isinstance(record, dict) or not {"bytes", "sha256"} <= record.keys():
-        raise Gpt1Error(f"{where}: records no size and sha256 for {path.name}; {fix}")
+        raise error(f"{where}: records no size and sha256 for {path.name}; {fix}")
     size = path.stat().st_size
     if size != record["bytes"]:
-        raise Gpt1Error(f"{path}: {size} bytes, but {where} records {record['bytes']}; the file was changed or "
-                        f"truncated, {fix}")
+        raise error(f"{path}: {size} bytes, but {where} records {record['bytes']}; the file was changed or "
+                    f"truncated, {fix}")
     if sha256_file(path) != record["sha256"]:
-        raise Gpt1Error(f"{path}: sha256 differs from the one {where} records; the file was changed or is corrupt, "
-                        f"{fix}")
+        raise error(f"{path}: sha256 differs from the one {where} records; the file was changed or is corrupt, "
+                    f"{fix}")
 
 
 # A JSON object that carries the sha256 of its own content (canonical form, without this key): a reader can tell a

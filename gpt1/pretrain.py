@@ -57,7 +57,6 @@ from gpt1.errors import Gpt1Error
 from gpt1.files import (
     file_record,
     read_json,
-    sha256_file,
     staged_outputs,
     verify_file,
     without_timings,
@@ -531,7 +530,7 @@ def _set_rng_states(states: dict[str, Any]) -> None:
 
 
 def _file_record(path: Path) -> dict[str, Any]:
-    return {"name": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return {"name": path.name, **file_record(path)}
 
 
 def save_checkpoint(resume: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -563,15 +562,7 @@ def _verified(resume: Path, record: Any, what: str) -> Path:
     if not isinstance(record, dict) or not {"name", "bytes", "sha256"} <= record.keys():
         raise PretrainError(f"{resume / LATEST}: no valid {what} entry; the checkpoint is corrupt, delete {resume}")
     path = resume / record["name"]
-    if not path.is_file():
-        raise PretrainError(f"{path}: missing, but {resume / LATEST} names it; delete {resume} to start over")
-    size = path.stat().st_size
-    if size != record["bytes"]:
-        raise PretrainError(f"{path}: {size} bytes, the checkpoint says {record['bytes']}; the file is truncated or "
-                            f"corrupt, delete {resume} to start over")
-    if sha256_file(path) != record["sha256"]:
-        raise PretrainError(f"{path}: sha256 differs from the one in {resume / LATEST}; the file is corrupt, "
-                            f"delete {resume} to start over")
+    verify_file(path, record, "pretrain", resume / LATEST, f"delete {resume} to start over", PretrainError)
     return path
 
 
