@@ -17,6 +17,7 @@ from conftest import TinyData, tiny_config
 from torch import nn
 
 from gpt1.errors import Gpt1Error
+from gpt1.files import read_sealed_json, verify_file
 from gpt1.metrics import matthews
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.tasks import Example
@@ -295,6 +296,7 @@ def test_cola_threshold_comes_from_the_separate_split_and_mcc_from_the_reported_
 def write_pretrain_folder(out: Path, kind: str, cfg, tokenizer_dir: Path, steps: tuple[int, ...], final: int) -> None:
     """A pretrain out_dir as gpt1.pretrain writes it: snapshots/NN.safetensors + index.json, model.safetensors +
     model.json; every file a differently seeded tiny model."""
+    from gpt1.files import file_record
     from gpt1.pretrain import build_model, model_config, save_weights, weights_metadata
     from gpt1.tokenizer import GPT1Tokenizer
 
@@ -307,13 +309,14 @@ def write_pretrain_folder(out: Path, kind: str, cfg, tokenizer_dir: Path, steps:
         torch.manual_seed(i)
         save_weights(build_model(kind, config), out / "snapshots" / f"{i:02d}.safetensors",
                      weights_metadata(kind, config, sha, step, step * per_step))
-        index.append({"index": i, "step": step, "tokens": step * per_step, "val_loss": 5.0 - i})
+        index.append({"index": i, "step": step, "tokens": step * per_step, "val_loss": 5.0 - i,
+                      **file_record(out / "snapshots" / f"{i:02d}.safetensors")})
     (out / "snapshots" / "index.json").write_text(json.dumps(index))
     torch.manual_seed(99)
     save_weights(build_model(kind, config), out / "model.safetensors", weights_metadata(kind, config, sha, final,
                                                                                         final * per_step))
     meta = {"kind": kind, "config": dataclasses.asdict(config), "tokenizer_sha256": sha, "step": final,
-            "tokens": final * per_step}
+            "tokens": final * per_step, "weights": file_record(out / "model.safetensors")}
     (out / "model.json").write_text(json.dumps(meta))
 
 
@@ -325,7 +328,8 @@ def test_stage_scores_every_snapshot_and_the_final_model(kind, tiny_data: TinyDa
     report = zeroshot_stage(cfg, model_dir, tiny_data.tokenizer, out)
 
     assert sorted(p.name for p in out.iterdir()) == ["zeroshot.csv", "zeroshot.json"]  # nothing temporary left
-    saved = json.loads((out / "zeroshot.json").read_text())
+    saved = read_sealed_json(out / "zeroshot.json", "zeroshot")  # sealed, and it records the CSV beside it
+    verify_file(out / "zeroshot.csv", saved.pop("files")["zeroshot.csv"], "zeroshot", out / "zeroshot.json")
     assert saved == json.loads(json.dumps(report))
     assert saved["model_kind"] == kind
     entries = saved["snapshots"]
