@@ -50,8 +50,8 @@ def test_snakemake_builds_the_data_stages(smoke_run):
     header = json.loads((root / "results/smoke/ids/train.json").read_text())
     assert header["tokens"] > 10_000 and header["pretokenizer"] == "spacy"
     assert (root / "results/smoke/ids/train.bin").stat().st_size == 2 * header["tokens"]
-    # The log exists. Its content (the progress bars) was once found empty in a CI run on a loaded machine and never
-    # again in two reruns: investigate before asserting on it again (see the session note of 2026-11-22).
+    # The log exists. Its content (the progress bars) was once found empty in a CI run on a loaded machine and not
+    # in one rerun: investigate before asserting on it again (see the session note of 2026-11-22).
     assert (root / "results/smoke/logs/encode.log").is_file()
 
 
