@@ -141,26 +141,20 @@ def write_sealed_json(path: Path, data: dict[str, Any]) -> None:
 def read_sealed_json(path: str | Path, producer: str, error: type[Gpt1Error] = Gpt1Error) -> dict[str, Any]:
     """A sealed JSON object, after checking its content against its sha256; errors (of class `error`) name the
     file and the stage that writes it."""
-    try:
-        return _read_sealed(Path(path), producer)
-    except Gpt1Error as err:
-        raise error(str(err)) from err.__cause__
-
-
-def _read_sealed(path: Path, producer: str) -> dict[str, Any]:
+    path = Path(path)
     fix = f"re-run the {producer} stage (gpt1 {producer})"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise Gpt1Error(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); {fix}") from err
+        raise error(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); {fix}") from err
     except UnicodeDecodeError as err:
-        raise Gpt1Error(f"{path}: not UTF-8 text; {fix}") from err
+        raise error(f"{path}: not UTF-8 text; {fix}") from err
     if not isinstance(data, dict):
-        raise Gpt1Error(f"{path}: key '<top level>' is a {type(data).__name__}, expected an object; {fix}")
+        raise error(f"{path}: key '<top level>' is a {type(data).__name__}, expected an object; {fix}")
     seal = data.pop(SEAL_KEY, None)
     if seal is None:
-        raise Gpt1Error(f"{path}: no {SEAL_KEY} recorded (written by an older version?); {fix}")
+        raise error(f"{path}: no {SEAL_KEY} recorded (written by an older version?); {fix}")
     if seal != _content_sha256(data):
-        raise Gpt1Error(f"{path}: content differs from its recorded {SEAL_KEY}; the file was changed or is corrupt, "
-                        f"{fix}")
+        raise error(f"{path}: content differs from its recorded {SEAL_KEY}; the file was changed or is corrupt, "
+                    f"{fix}")
     return data

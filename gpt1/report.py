@@ -211,10 +211,7 @@ def _verify_beside(path: Path, sealed: Path, producer: str) -> None:
     files = _verified_inputs(sealed, producer)
     if path.name not in files:
         raise ReportError(f"{sealed}: records no {path.name}; re-run the {producer} stage")
-    try:
-        verify_file(path, files[path.name], producer, sealed)
-    except Gpt1Error as err:
-        raise ReportError(str(err)) from None
+    verify_file(path, files[path.name], producer, sealed, error=ReportError)
 
 
 # ---------------------------------------------------------------------------------------------------- fine-tuning
@@ -372,30 +369,30 @@ def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
         for seed in plan.seeds:
             path = results_dir / "analyses" / "layers" / task / str(seed) / "layers.csv"
             producer = f"gpt1 layers --task {task} --seed SEED"
-            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer, "layers.json")
+            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer, "layers", "layers.json")
             if rows is not None:
                 found.layers.setdefault(task, {})[seed] = rows
     for model in _wanted(MODELS, plan.pretrain_models):
         why = None if model in plan.pretrain_models else f"{model} is not in params.yaml pretrain_models"
         path = results_dir / "analyses" / "zeroshot" / model / "zeroshot.csv"
         rows = _rows_or_gap(found, "figure2_right", path, ZEROSHOT_FIELDS, why, f"gpt1 zeroshot on pretrain/{model}",
-                            "zeroshot.json")
+                            "zeroshot", "zeroshot.json")
         if rows is not None:
             found.zeroshot[model] = rows
         path = results_dir / "pretrain" / model / "curves.csv"
         rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, f"gpt1 pretrain --model {model}",
-                            "metrics.json")
+                            "pretrain", "metrics.json")
         if rows is not None:
             found.curves[model] = rows
     return found
 
 
 def _rows_or_gap(found: Analyses, figure: str, path: Path, fields: Mapping[str, str], why: str | None,
-                 producer: str, sealed: str) -> list[dict[str, Any]] | None:
-    """The parsed rows (verified against the record in the sealed JSON beside them, named `sealed`), or None after
-    recording the gap in `found`."""
+                 producer: str, stage: str, sealed: str) -> list[dict[str, Any]] | None:
+    """The parsed rows (verified against the record that `stage` wrote in the sealed JSON beside them, named
+    `sealed`), or None after recording the gap in `found` (`producer`: the command that makes the file)."""
     if path.is_file():
-        _verify_beside(path, path.with_name(sealed), producer.split()[1])
+        _verify_beside(path, path.with_name(sealed), stage)
         return read_csv_rows(path, fields)
     found.gaps.setdefault(figure, []).append(_gap(path, why, producer))
     return None
