@@ -93,16 +93,23 @@ def _pretrain(cfg, a) -> None:
     pretrain_stage(cfg, a.model, a.ids, a.tokenizer, a.out)
 
 
+def _encode_task(cfg, a) -> None:
+    from gpt1.encode_task import encode_task_stage
+
+    encode_task_stage(cfg, a.task, a.tokenizer, a.out)
+
+
 def _finetune(cfg, a) -> None:
     from gpt1.finetune import finetune_stage
 
-    finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out, transfer_layers=a.transfer_layers)
+    finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out, transfer_layers=a.transfer_layers,
+                   examples_dir=a.examples)
 
 
 def _layers(cfg, a) -> None:
     from gpt1.layers import layers_stage
 
-    layers_stage(cfg, a.task, a.seed, a.pretrained, a.tokenizer, a.out)
+    layers_stage(cfg, a.task, a.seed, a.pretrained, a.tokenizer, a.out, a.examples)
 
 
 def _zeroshot(cfg, a) -> None:
@@ -146,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
            ("--out", "output folder"))
     sub.choices["pretrain"].add_argument("--model", choices=("gpt", "lstm"), default="gpt",
                                          help="the GPT-1 decoder or the LSTM baseline (default: gpt)")
+    _stage(sub, "encode-task", "Load, cut, cap, transform and tokenise one task's examples once; write "
+           "OUT/examples.jsonl and OUT/encoded.json for its fine-tuning and layer jobs.", _encode_task,
+           ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
+    sub.choices["encode-task"].add_argument("--task", required=True,
+                                            help="one of params.yaml's finetune_tasks, e.g. sst2")
     _stage(sub, "finetune", "Fine-tune on one task (one variant, one seed) and evaluate; write OUT/metrics.json, "
            "predictions.jsonl and curves.csv.", _finetune, ("--pretrained", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
@@ -155,13 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
                           help="pretrained | scratch | no_aux | lstm (--pretrained: the LSTM's folder) | released "
                                "(--pretrained: a Hugging Face folder or hub id, e.g. openai-community/openai-gpt)")
     finetune.add_argument("--seed", type=seed, required=True, help="the run's seed (0 .. 2**32 - 1)")
-    finetune.add_argument("--transfer-layers", type=int, default=None, metavar="K",
-                          help="keep the embeddings and the first K pre-trained blocks, re-initialise the rest")
+
     _stage(sub, "layers", "Layers transferred (Figure 2 left): fine-tune TASK with 0..n_layer pre-trained blocks; "
            "write OUT/layers.json and layers.csv.", _layers, ("--pretrained", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     sub.choices["layers"].add_argument("--task", required=True, help="mnli or race")
     sub.choices["layers"].add_argument("--seed", type=seed, required=True, help="the run's seed (0 .. 2**32 - 1)")
+    finetune.add_argument("--transfer-layers", type=int, default=None, metavar="K",
+                          help="keep the embeddings and the first K pre-trained blocks, re-initialise the rest")
+    for stage in ("finetune", "layers"):
+        sub.choices[stage].add_argument("--examples", type=Path, default=None,
+                                        help="folder of the encode-task stage for this task (default: load and "
+                                             "tokenise the task's data here)")
     _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) on every pre-training snapshot; "
            "write OUT/zeroshot.json and zeroshot.csv.", _zeroshot, ("--model-dir", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))

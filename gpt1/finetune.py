@@ -13,13 +13,12 @@ One job = one task x one variant x one seed. The pieces, in the order a job runs
 * Objective: L3 = L2 + λ·L1, L1 the next-token loss over the real tokens of every task sequence (padding ignored).
 * Recipe (params.yaml `finetune`): AdamW with decoupled weight decay on matrices only, linear warm-up then linear
   decay to 0, no early stopping. Story Cloze alone selects its best epoch on a slice of its training cut (below).
-* Splits: the task's train split or its declared cut; every report is scored on `tasks.evaluation_split`, and on
-  the complement of the training cut when that is the same split, so no example is both trained and scored on.
+* Data (`gpt1.taskdata`): the task's train split or its declared cut; every report is scored on
+  `tasks.evaluation_split`, and on the complement of the training cut when that is the same split, so no example is
+  both trained and scored on. The pipeline encodes each task once (the encode_task stage) and its jobs read that.
 * Outputs (written together, atomically): metrics.json, predictions.jsonl, curves.csv; one MLflow run.
 
-Data seeds: the caps of max_train_examples / max_eval_examples use a fixed seed (DATA_SEED), so every variant and
-seed of a task sees the same examples and their predictions can be compared pairwise; the job's seed decides
-initialisation, dropout and batch order.
+The job's seed decides initialisation, dropout and batch order; which examples it sees does not depend on it.
 """
 
 from __future__ import annotations
@@ -27,13 +26,12 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
-import hashlib
 import json
 import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,20 +46,32 @@ from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_json, staged_outputs, without_timings, write_sealed_json
 from gpt1.model import GPT, LSTMLM
 from gpt1.pretrain import autocast, resolve_precision
+from gpt1.taskdata import (
+    DATA_SEED,
+    SELECTION_FRACTION,
+    DataSource,
+    EvalPart,
+    Part,
+    TaskData,
+    carve_selection,
+    data_settings,
+    data_source,
+    narrow,
+    part_sha256,
+    part_source,
+    plan_task_data,
+    read_encoded,
+    train_cut,
+)
 from gpt1.tasks import (
     FINETUNE_TASKS,
     Cut,
     Example,
-    LoadedSplit,
     Report,
     TaskSpec,
     Transformed,
-    evaluation_split,
     get_task,
-    load_examples,
-    mirror_splits,
     report_examples,
-    transform_batch,
 )
 from gpt1.tokenizer import FINETUNE_SPECIALS, META_FILE, GPT1Tokenizer
 
@@ -74,11 +84,8 @@ MODEL_FILE, MODEL_JSON = "model.safetensors", "model.json"  # what `gpt1 pretrai
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 INIT_STD = 0.02  # heads, new token rows and re-initialised blocks: the paper's N(0, 0.02)
-DATA_SEED = 0  # caps and the selection slice do not depend on the job's seed: runs stay pairwise comparable
 IGNORE = -100  # cross-entropy's ignore_index
 # Tasks that keep the best epoch on a validation slice of the training cut (the paper's protocol for Story Cloze).
-SELECT_BEST_EPOCH = frozenset({"story_cloze"})
-SELECTION_FRACTION = 0.1
 RELEASED_HUB_ID = "openai-community/openai-gpt"
 REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
 RELEASED_VOCAB_FILES = (("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt"))
@@ -403,91 +410,6 @@ def compute_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> tupl
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Data: training examples, evaluation parts
-
-
-@dataclass
-class Part:
-    """Examples of one loaded split (or cut) with their token sequences."""
-
-    loaded: LoadedSplit
-    transformed: list[Transformed]
-    split: str  # the hub split read
-    cut: Cut | None
-
-    @property
-    def examples(self) -> list[Example]:
-        return self.loaded.examples
-
-    @property
-    def truncated(self) -> int:
-        return sum(t.truncated for t in self.transformed)
-
-    def subset(self, positions: Sequence[int]) -> Part:
-        loaded = dataclasses.replace(self.loaded, examples=[self.loaded.examples[i] for i in positions])
-        return Part(loaded, [self.transformed[i] for i in positions], self.split, self.cut)
-
-
-@dataclass
-class EvalPart(Part):
-    reports: list[Report] = field(default_factory=list)
-
-
-def train_cut(spec: TaskSpec, finetune: dict[str, Any]) -> Cut | None:
-    """The declared training cut (finetune.train_cuts[task]) as the first `fraction` of a seeded shuffle."""
-    declared = (finetune.get("train_cuts") or {}).get(spec.name)
-    if declared is None:
-        if spec.train is None:
-            raise FinetuneError(f"task {spec.name} has no training split; declare finetune.train_cuts.{spec.name} "
-                                f"(e.g. {{split: validation, fraction: 0.8, seed: 0}})")
-        return None
-    return Cut(declared["split"], 0.0, declared["fraction"], declared["seed"])
-
-
-EvalSpec = tuple[str, Cut | None, list[Report]]  # (hub split, complement of the training cut or None, reports)
-
-
-def eval_plan(spec: TaskSpec, present: Sequence[str] | None, cut: Cut | None) -> list[EvalSpec]:
-    """(split, complement cut or None, reports) per distinct evaluation split, in report order."""
-    plan: dict[str, list[Report]] = {}
-    for report in spec.reports:
-        plan.setdefault(evaluation_split(spec, report, present), []).append(report)
-    out = []
-    for split, reports in plan.items():
-        rest = Cut(cut.split, cut.end_fraction, 1.0, cut.seed) if cut and cut.split == split else None
-        out.append((split, rest, reports))
-    return out
-
-
-def present_splits(spec: TaskSpec, mirror: Path | None, synthetic: bool) -> list[str] | None:
-    """Splits the source holds: synthetic data mimics the hub (all), a mirror only what it has, the hub all."""
-    if synthetic:
-        return list(spec.splits)
-    return mirror_splits(spec, mirror) if mirror else None
-
-
-@dataclass
-class DataSource:
-    mirror: Path | None
-    synthetic: bool
-    present: list[str] | None
-
-
-def data_source(cfg: Any, spec: TaskSpec, present: Sequence[str] | None = None) -> DataSource:
-    synthetic = cfg.section("corpus")["source"] == "synthetic"
-    mirror = None if synthetic else cfg.data_mirror
-    found = list(present) if present is not None else present_splits(spec, mirror, synthetic)
-    return DataSource(mirror, synthetic, found)
-
-
-def load_part(spec: TaskSpec, role: str, split: str, cut: Cut | None, cap: int | None, source: DataSource,
-              tokenizer: GPT1Tokenizer, n_ctx: int) -> Part:
-    loaded = load_examples(spec, role, source.mirror, cut=cut, max_examples=cap, synthetic=source.synthetic,
-                           seed=DATA_SEED)
-    return Part(loaded, transform_batch(spec, loaded.examples, tokenizer, n_ctx), split, cut)
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Schedule, training, prediction
 
 
@@ -682,31 +604,21 @@ class Job:
     started: float  # perf_counter at the start of prepare_job: wall_seconds covers loading too
 
 
-def _carve_selection(spec: TaskSpec, train: Part) -> tuple[Part, Part | None]:
-    """Story Cloze: a seeded 10% of the training examples becomes the slice that picks the best epoch."""
-    if spec.name not in SELECT_BEST_EPOCH:
-        return train, None
-    n = len(train.examples)
-    size = max(1, round(SELECTION_FRACTION * n))
-    if n - size < 1:
-        raise FinetuneError(f"task {spec.name}: {n} training example(s) leave none after the {size}-example "
-                            f"selection slice; raise finetune.max_train_examples or the train cut's fraction")
-    chosen = set(np.random.default_rng(DATA_SEED).permutation(n)[:size].tolist())
-    return (train.subset([i for i in range(n) if i not in chosen]),
-            train.subset([i for i in range(n) if i in chosen]))
-
-
 def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
                 tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
-                present: Sequence[str] | None = None) -> Job:
+                present: Sequence[str] | None = None, examples_dir: str | Path | None = None,
+                max_train_examples: int | None = None, max_eval_examples: int | None = None) -> Job:
     """Check and load every input -- task, variant, weights, tokenizer, data -- before any training.
-    `present` overrides the splits the data source is taken to hold (default: what the source has)."""
+
+    The data: the task's encoded examples in `examples_dir` (the encode_task stage), else loaded and transformed
+    here; `max_train_examples` / `max_eval_examples` narrow them further (the layer runs). `present` overrides the
+    splits the data source is taken to hold (default: what the source has)."""
     started = time.perf_counter()
     spec, chosen = _task(task), get_variant(variant)
     finetune = cfg.section("finetune")
     if transfer_layers is not None and (chosen.init == "random" or chosen.model_kind == "lstm"):
         raise FinetuneError(f"transfer_layers applies to a pre-trained GPT, not to variant {chosen.name}")
-    cut = train_cut(spec, finetune)
+    cut = train_cut(spec, finetune.get("train_cuts"))
     pretrained = str(pretrained_dir)
     tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
     tokenizer, tok_source = load_tokenizer(chosen, pretrained, tok_dir)
@@ -718,18 +630,20 @@ def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: st
     add_specials(lm, tokenizer)
     model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(device())
 
-    source = data_source(cfg, spec, present)
+    synthetic = cfg.section("corpus")["source"] == "synthetic"
+    source = data_source(cfg.data_mirror, synthetic, spec, present)
     n_ctx = lm.config.n_ctx
-    train = load_part(spec, "train", cut.split if cut else spec.train, cut, finetune["max_train_examples"], source,
-                      tokenizer, n_ctx)
-    evals = []
-    for split, rest, reports in eval_plan(spec, source.present, cut):
-        part = load_part(spec, split, split, rest, finetune["max_eval_examples"], source, tokenizer, n_ctx)
-        evals.append(EvalPart(part.loaded, part.transformed, part.split, part.cut, reports))
-    train, selection = _carve_selection(spec, train)
+    if examples_dir is not None:
+        data = read_encoded(Path(examples_dir), spec, tokenizer.fingerprint(), n_ctx,
+                            data_settings(spec, finetune, source))
+    else:
+        data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
+    data = TaskData(narrow(data.train, max_train_examples), [narrow(p, max_eval_examples) for p in data.evals])
+    train, selection = carve_selection(spec, data.train)
     recipe = Recipe.from_section(finetune, chosen.lm_weight)
+    eval_cap = max_eval_examples if max_eval_examples is not None else finetune["max_eval_examples"]
     return Job(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut, train,
-               selection, evals, source, finetune["max_eval_examples"], started)
+               selection, data.evals, source, eval_cap, started)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -743,10 +657,6 @@ class FinetuneResult:
     curves: list[dict[str, float]]
 
 
-def _split_name(part: Part) -> str:
-    return str(part.cut) if part.cut else part.split
-
-
 def _round(value: Any) -> Any:
     return round(float(value), 6)
 
@@ -756,7 +666,7 @@ def prediction_records(spec: TaskSpec, report: Report, part: Part, positions: Se
     out = []
     for i in positions:
         example = part.examples[i]
-        record: dict[str, Any] = {"report": report.name, "split": _split_name(part), "index": example.index,
+        record: dict[str, Any] = {"report": report.name, "split": part.name, "index": example.index,
                                   "label": example.label}
         if example.config is not None:
             record["config"] = example.config
@@ -790,7 +700,7 @@ def evaluate_reports(job: Job) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 "metrics": score(job.spec, [part.examples[i] for i in positions], subset),
                 "paper_metric": job.spec.paper_metric,
                 "split": part.split,
-                "evaluated_on": _split_name(part),
+                "evaluated_on": part.name,
                 "complement_of_train_cut": part.cut is not None,
                 "paper_split": report.test,
                 "is_paper_split": part.split == report.test,
@@ -889,11 +799,13 @@ def finetune_job(job: Job, log: Callable[[list[dict[str, float]]], None] | None 
 
 def finetune_run(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
                  tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
-                 present: Sequence[str] | None = None,
+                 present: Sequence[str] | None = None, examples_dir: str | Path | None = None,
+                 max_train_examples: int | None = None, max_eval_examples: int | None = None,
                  log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
     """One fine-tuning job in memory: prepare (every check before training), train, evaluate."""
     job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers,
-                      present=present)
+                      present=present, examples_dir=examples_dir, max_train_examples=max_train_examples,
+                      max_eval_examples=max_eval_examples)
     return finetune_job(job, log)
 
 
@@ -948,17 +860,18 @@ def _params(job: Job, cfg: Any) -> dict[str, Any]:
 
 def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
                    tokenizer_dir: str | Path | None, out_dir: str | Path, *,
-                   transfer_layers: int | None = None) -> dict[str, Any]:
+                   transfer_layers: int | None = None, examples_dir: str | Path | None = None) -> dict[str, Any]:
     """`gpt1 finetune`: fine-tune one task (variant, seed) and evaluate it; write OUT/metrics.json,
     predictions.jsonl and curves.csv together, log an MLflow run. Every input is checked before training; a
     failure leaves an earlier run's outputs as they were (they are replaced only by the final renames)."""
     from gpt1.tracking import stage_run
 
     out = Path(out_dir)
-    job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers)
+    job = prepare_job(cfg, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers,
+                      examples_dir=examples_dir)
     with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg),
                    name=run_name(job)) as run:
-        splits = ",".join(_split_name(p) for p in job.evals)
+        splits = ",".join(p.name for p in job.evals)
         run.set_tags({"gpt1.task": job.spec.name, "gpt1.variant": job.variant.name, "gpt1.seed": seed,
                       "gpt1.split": splits, "gpt1.transfer_layers": transfer_layers,
                       "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
@@ -978,23 +891,12 @@ def run_name(job: Job) -> str:
     return f"finetune {job.spec.name} {job.variant.name} seed{job.seed}{layers}"
 
 
-def part_sha256(part: Part) -> str:
-    """sha256 of a part's examples as read (texts, choices, label, row, configuration), in order."""
-    digest = hashlib.sha256()
-    for e in part.examples:
-        digest.update(json.dumps([e.texts, e.choices, e.label, e.index, e.config], ensure_ascii=False).encode())
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
 def _log_inputs(run: Any, job: Job) -> None:
     """The task data trained and evaluated on, as run inputs: source (hub id, mirror or project-made) and hash."""
     parts = [("train", job.train), *(("selection", p) for p in [job.selection] if p is not None),
              *(("eval", p) for p in job.evals)]
     for context, part in parts:
-        source = part.loaded.description.get("source", "")
-        source = f"hub:{job.spec.path}" if source == "hub" else source
-        run.log_dataset(f"{job.spec.name}/{_split_name(part)}", source, part_sha256(part), context)
+        run.log_dataset(f"{job.spec.name}/{part.name}", part_source(job.spec, part), part_sha256(part), context)
 
 
 def _log_model(run: Any, job: Job, cfg: Any, updates: int) -> None:

@@ -26,25 +26,20 @@ def curve_point(k: int, metrics: dict[str, Any]) -> dict[str, Any]:
             "dev_split": report["evaluated_on"]}
 
 
-def with_layer_settings(cfg: Any) -> Any:
-    """The config the layer-transfer runs use: the fine-tuning recipe, with layers.max_train_examples and
-    layers.max_eval_examples where set (an absent or null key keeps finetune's)."""
-    from gpt1.config import Config, apply_overrides
-
+def layer_caps(cfg: Any) -> dict[str, int | None]:
+    """layers.max_train_examples / max_eval_examples: the layer runs (n_layer + 1 fine-tunings) narrow the task's
+    examples to these (an absent or null key keeps finetune's)."""
     layers = cfg.section("layers")
-    overrides = [f"finetune.{key}={layers[key]}" for key in ("max_train_examples", "max_eval_examples")
-                 if layers.get(key) is not None]
-    if not overrides:
-        return cfg
-    return Config(apply_overrides(cfg.root, cfg.profile, overrides), cfg.profile)
+    return {key: layers.get(key) for key in ("max_train_examples", "max_eval_examples")}
 
 
-def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path):
-    """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve)."""
+def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path,
+                 examples_dir: Path | None = None):
+    """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve). The task's data: its
+    encoded examples in `examples_dir` (the encode_task stage), else loaded here."""
     from gpt1.finetune import finetune_run
     from gpt1.tracking import stage_run
 
-    cfg = with_layer_settings(cfg)
     if task not in CURVE_REPORT:
         raise Gpt1Error(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
     require_files("pretrain", Path(pretrained_dir) / "model.json")
@@ -56,8 +51,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
                    name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
         for k in range(n_layer + 1):
-            metrics = finetune_run(cfg, task, "pretrained", seed, pretrained_dir, tokenizer_dir,
-                                   transfer_layers=k).metrics
+            metrics = finetune_run(cfg, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
+                                   examples_dir=examples_dir, **layer_caps(cfg)).metrics
             runs[str(k)] = without_timings(metrics)
             points.append(curve_point(k, metrics))
             run.log_metrics({"train_accuracy": points[-1]["train_accuracy"],

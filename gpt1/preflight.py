@@ -15,9 +15,9 @@ from gpt1.errors import Gpt1Error
 
 # Arguments naming the folder of an earlier stage, and that stage.
 INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "encode", "pretrained": "pretrain",
-                 "model_dir": "pretrain"}
+                 "model_dir": "pretrain", "examples": "encode-task"}
 # Of those, the ones that must be folders (--pretrained may also be a weights file or a hub id).
-FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir")
+FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir", "examples")
 CORPUS_SPLITS = ("train.jsonl", "validation.jsonl")
 # Keys stages read from earlier stages' JSON files: valid JSON without them is the input to blame for a KeyError.
 READ_KEYS = {"raw.manifest.json": ("source", "sha256"), "manifest.json": ("train",),

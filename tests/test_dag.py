@@ -111,6 +111,7 @@ def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
     seeds, ablations = len(params["seeds"]), len(params["ablation_tasks"])
     expected = {
         "fetch": 1, "clean": 1, "bpe": 1, "encode": 1, "pretrain": len(params["pretrain_models"]),
+        "encode_task": len(params["finetune_tasks"]),
         "finetune": len(params["finetune_tasks"]) * len(params["finetune_variants"]) * seeds,
         "ablation_no_aux": ablations * seeds, "ablation_lstm": ablations * seeds,
         "layers": len(params["layer_transfer_tasks"]) * seeds, "zeroshot": len(params["pretrain_models"]),

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from gpt1.config import load_config
 from gpt1.errors import Gpt1Error
-from gpt1.files import file_record, write_json
+from gpt1.files import file_record, without_timings, write_json
 from gpt1.finetune import (
     CURVE_FIELDS,
     FinetuneModel,
@@ -352,6 +352,26 @@ def test_same_seed_same_run_and_transfer_is_recorded(assets: Assets) -> None:
     transfer = runs[0].metrics["transfer"]
     assert runs[0].metrics["transfer_layers"] == 1
     assert all(n.startswith("h.1.") for n in transfer["reinitialised"]) and "h.0.ln_1.weight" in transfer["kept"]
+
+
+@pytest.mark.parametrize("task", ["mrpc", "story_cloze"])
+def test_a_job_on_the_encoded_examples_is_the_job_that_loads_them(assets: Assets, mlflow_env: str, tmp_path: Path,
+                                                                  task: str) -> None:
+    from gpt1.encode_task import encode_task_stage
+
+    cfg = config("model.n_ctx=64")  # the tiny checkpoint's context
+    encode_task_stage(cfg, task, assets.tokenizer, tmp_path / "examples")
+    loaded = finetune_run(cfg, task, "pretrained", 3, assets.gpt, assets.tokenizer)
+    encoded = finetune_run(cfg, task, "pretrained", 3, assets.gpt, assets.tokenizer, examples_dir=tmp_path / "examples")
+    assert encoded.predictions == loaded.predictions and encoded.curves == loaded.curves
+    assert without_timings(encoded.metrics) == without_timings(loaded.metrics)
+
+
+def test_narrowed_runs_train_and_score_on_fewer_examples(assets: Assets) -> None:
+    run = finetune_run(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, max_train_examples=6,
+                       max_eval_examples=5)
+    assert run.metrics["train"]["examples"] == 6 and run.metrics["reports"]["sst2"]["counts"]["eval"] == 5
+    assert run.metrics["train_metrics_examples"] == 5 and run.metrics["train"]["capped"] >= 10
 
 
 # ------------------------------------------------------------------------------------------------ refusals

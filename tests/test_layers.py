@@ -6,20 +6,17 @@ import pytest
 
 from gpt1.config import load_config
 from gpt1.errors import Gpt1Error
-from gpt1.layers import curve_point, layers_stage, with_layer_settings
+from gpt1.layers import curve_point, layer_caps, layers_stage
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_layer_runs_use_their_own_training_subset():
+def test_layer_runs_narrow_the_tasks_examples_to_their_own_caps():
     cfg = load_config(REPO / "params.yaml", "default")
-    capped = with_layer_settings(cfg)
-    assert capped.section("finetune")["max_train_examples"] == cfg.section("layers")["max_train_examples"]
-    assert capped.section("finetune")["lr"] == cfg.section("finetune")["lr"]
-    evaluated = with_layer_settings(load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"]))
-    assert evaluated.section("finetune")["max_eval_examples"] == 123
-    smoke = load_config(REPO / "params.yaml", "smoke")
-    assert with_layer_settings(smoke) is smoke  # null keeps the fine-tuning recipe
+    assert layer_caps(cfg) == {"max_train_examples": cfg.section("layers")["max_train_examples"],
+                               "max_eval_examples": None}  # null keeps finetune's
+    evaluated = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"])
+    assert layer_caps(evaluated)["max_eval_examples"] == 123
 
 
 def test_curve_point_reads_the_papers_reports():

@@ -57,6 +57,7 @@ def expected_run_names(root: Path) -> set[str]:
               for s in seeds}
     names |= {f"finetune {t} {v} seed{s}" for t in params["ablation_tasks"] for v in ("no_aux", "lstm") for s in seeds}
     names |= {f"layers {t} seed{s}" for t in params["layer_transfer_tasks"] for s in seeds}
+    names |= {f"encode_task {t}" for t in params["finetune_tasks"]}
     return names
 
 

@@ -26,8 +26,8 @@ SLURM_ARGS = [
     "--default-resources", "slurm_partition=debug", "mem_mb=1000", "runtime=60",
     "--set-resources", "pretrain:gpu=0", "pretrain:mem_mb=2000", "finetune:mem_mb=1500",
 ]  # fmt: skip
-STAGES = {"fetch", "clean", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "finetune", "zeroshot", "layers",
-          "report"}
+STAGES = {"fetch", "clean", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "encode_task", "finetune", "zeroshot",
+          "layers", "report"}
 
 
 def slurm_cluster() -> str:

@@ -220,7 +220,8 @@ def test_mlflow_ui_lists_the_runs_grouped_under_the_report(smoke_run):
         server.wait(timeout=30)
     tags = [{t["key"]: t["value"] for t in run_["data"].get("tags", [])} for run_ in runs]
     stages = {t["gpt1.stage"] for t in tags}
-    expected = {"fetch", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "finetune", "zeroshot", "layers", "report"}
+    expected = {"fetch", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "encode_task", "finetune", "zeroshot",
+                "layers", "report"}
     assert expected <= stages
     report_ids = {r["info"]["run_id"] for r, t in zip(runs, tags, strict=True) if t["gpt1.stage"] == "report"}
     # Each invocation's runs hang under that invocation's report run.

@@ -36,11 +36,13 @@ rule zeroshot:
 
 rule layers:
     input:
-        code=code("layers", "finetune", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
+        code=code("layers", "finetune", "taskdata", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
         weights=out("pretrain", "gpt", "model.safetensors"),
         config=out("pretrain", "gpt", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),
         meta=out("tokenizer", "gpt1_tokenizer.json"),
+        encoded=out("tasks", "{task}", "encoded.json"),
+        examples=out("tasks", "{task}", "examples.jsonl"),
     output:
         json=out("analyses", "layers", "{task}", "{seed}", "layers.json"),
         csv=out("analyses", "layers", "{task}", "{seed}", "layers.csv"),
@@ -60,9 +62,11 @@ rule layers:
         profile=PROFILE,
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
+        examples=folder_of_input("encoded"),
         out=folder_of_output("json"),
         finetune=SETTINGS["finetune"],
         layers=SETTINGS["layers"],
     shell:
         "sh workflow/scripts/gpt1.sh layers --profile {params.profile} --task {wildcards.task} --seed {wildcards.seed}"
-        " --pretrained {params.pretrained} --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
+        " --pretrained {params.pretrained} --tokenizer {params.tokenizer} --examples {params.examples}"
+        " --out {params.out} 2>&1 | tee {log}"

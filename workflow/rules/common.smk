@@ -86,6 +86,14 @@ def data_outputs():
     return rules.encode.output
 
 
+# The fine-tuning settings that decide which examples the encode_task stage writes (params of that rule alone).
+TASK_DATA_KEYS = ["train_cuts", "max_train_examples", "max_eval_examples"]
+
+
+def task_data_outputs():
+    return expand(out("tasks", "{task}", "{file}"), task=config["finetune_tasks"], file=["encoded.json", "examples.jsonl"])
+
+
 PRETRAINED = config["pretrain_models"]
 
 

@@ -10,6 +10,7 @@ localrules:
 rule dvc_commit:
     input:
         data_outputs(),
+        task_data_outputs(),
         pretrain_outputs(),
         finetune_outputs(),
         analysis_outputs(),

@@ -1,13 +1,43 @@
 # Fine-tuning: one job per (task, variant, seed), the lists in params.yaml (finetune_tasks, finetune_variants, seeds).
+# Each task's examples are loaded, cut, capped and tokenised once (encode_task); all its jobs read them.
+
+
+rule encode_task:
+    input:
+        code=code("encode_task", "taskdata", "tasks", "tokenizer", "task_fixtures", "sources"),
+        tokenizer=out("tokenizer", "tokenizer.json"),
+        meta=out("tokenizer", "gpt1_tokenizer.json"),
+    output:
+        encoded=out("tasks", "{task}", "encoded.json"),
+        examples=out("tasks", "{task}", "examples.jsonl"),
+    log:
+        log_file("encode_task-{task}"),
+    wildcard_constraints:
+        task="|".join(config["finetune_tasks"]),
+    conda:
+        ENV
+    threads: FANOUT_THREADS
+    params:
+        profile=PROFILE,
+        tokenizer=folder_of_input("tokenizer"),
+        out=folder_of_output("encoded"),
+        data={key: SETTINGS["finetune"].get(key) for key in TASK_DATA_KEYS},
+        n_ctx=SETTINGS["model"]["n_ctx"],
+        mirror=data_mirror(),
+    shell:
+        "sh workflow/scripts/gpt1.sh encode-task --profile {params.profile} --task {wildcards.task}"
+        " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
 
 
 rule finetune:
     input:
-        code=code("finetune", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
+        code=code("finetune", "taskdata", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
         weights=out("pretrain", "gpt", "model.safetensors"),
         config=out("pretrain", "gpt", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),
         meta=out("tokenizer", "gpt1_tokenizer.json"),
+        encoded=out("tasks", "{task}", "encoded.json"),
+        examples=out("tasks", "{task}", "examples.jsonl"),
     output:
         metrics=out("finetune", "{task}", "{variant}", "{seed}", "metrics.json"),
         predictions=out("finetune", "{task}", "{variant}", "{seed}", "predictions.jsonl"),
@@ -28,11 +58,13 @@ rule finetune:
         variant=lambda wildcards: wildcards.variant,
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
+        examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
     shell:
         "sh workflow/scripts/gpt1.sh finetune --profile {params.profile} --task {wildcards.task} --variant {params.variant}"
-        " --seed {wildcards.seed} --pretrained {params.pretrained} --tokenizer {params.tokenizer} --out {params.out}"
+        " --seed {wildcards.seed} --pretrained {params.pretrained} --tokenizer {params.tokenizer}"
+        " --examples {params.examples} --out {params.out}"
         " 2>&1 | tee {log}"
 
 
@@ -52,6 +84,7 @@ use rule finetune as ablation_no_aux with:
         variant="no_aux",
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
+        examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
 
@@ -59,11 +92,13 @@ use rule finetune as ablation_no_aux with:
 # ... and the LSTM language model with the auxiliary LM, fine-tuned through the same task code.
 use rule ablation_no_aux as ablation_lstm with:
     input:
-        code=code("finetune", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
+        code=code("finetune", "taskdata", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
         weights=out("pretrain", "lstm", "model.safetensors"),
         config=out("pretrain", "lstm", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),
         meta=out("tokenizer", "gpt1_tokenizer.json"),
+        encoded=out("tasks", "{task}", "encoded.json"),
+        examples=out("tasks", "{task}", "examples.jsonl"),
     output:
         metrics=out("finetune", "{task}", "lstm", "{seed}", "metrics.json"),
         predictions=out("finetune", "{task}", "lstm", "{seed}", "predictions.jsonl"),
@@ -75,5 +110,6 @@ use rule ablation_no_aux as ablation_lstm with:
         variant="lstm",
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
+        examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
