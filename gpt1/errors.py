@@ -18,3 +18,7 @@ def causes(err: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+class ReportError(Gpt1Error):
+    """A malformed input of the report: names the file and the key (or row and column), and what was expected."""

@@ -6,7 +6,17 @@ FIGURES = ["figure2_left", "figure2_right", "pretraining"]
 
 rule report:
     input:
-        code=code("report", "significance", "metrics"),
+        code=code(
+            "report/__init__",
+            "report/numbers",
+            "report/inputs",
+            "report/tables",
+            "report/renderers",
+            "report/figures",
+            "report/stage",
+            "significance",
+            "metrics",
+        ),
         paper="gpt1/paper.yaml",
         # metrics for the cells; predictions for Table 5's paired tests
         finetune=[f for f in finetune_outputs() if f.endswith(("metrics.json", "predictions.jsonl"))],

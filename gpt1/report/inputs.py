@@ -1,0 +1,365 @@
+"""The report's inputs: the runs params.yaml asks for, read from RESULTS and verified against their records.
+
+A missing input is a Gap (a footnote saying why); a malformed one is a ReportError naming the file and the key,
+or the row and column: a table built around a broken file would look finished and be wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpt1.errors import ReportError
+from gpt1.files import read_sealed_json, verify_file
+from gpt1.significance import read_predictions
+from gpt1.tasks import get_task
+
+ABLATION_VARIANTS = ("no_aux", "lstm")  # run on params' ablation_tasks only (see workflow/rules/common.smk)
+
+# Figure 2's lines as the paper draws them (labels; line styles per model): looked for even when params drops them.
+LAYER_TASKS = {"mnli": "MultiNLI", "race": "RACE"}
+MODELS = {"gpt": ("Transformer", "-"), "lstm": ("LSTM", "--")}
+
+LAYER_FIELDS = {"layers": "int", "train_accuracy": "number|empty", "dev_accuracy": "number", "dev_split": "str"}
+ZEROSHOT_FIELDS = {
+    "model": "str",
+    "step": "int",
+    "task": "str",
+    "metric": "str",
+    "raw": "number",
+    "normalised": "number",
+}
+CURVE_FIELDS = {
+    "step": "int",
+    "train_loss": "number|empty",
+    "val_loss": "number|empty",
+    "val_perplexity": "number|empty",
+}
+
+
+# ---------------------------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What params.yaml asks for: the report reads exactly these runs, no more."""
+
+    finetune_tasks: tuple[str, ...]
+    finetune_variants: tuple[str, ...]
+    seeds: tuple[int, ...]
+    ablation_tasks: tuple[str, ...]
+    layer_transfer_tasks: tuple[str, ...]
+    pretrain_models: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Plan:
+        root = cfg.root
+        keys = (
+            "finetune_tasks",
+            "finetune_variants",
+            "seeds",
+            "ablation_tasks",
+            "layer_transfer_tasks",
+            "pretrain_models",
+        )
+        return cls(*(tuple(root[key]) for key in keys))
+
+    def why_not_planned(self, task: str, variant: str) -> str | None:
+        """None when params.yaml asks for (task, variant); else the reason it does not."""
+        if variant in ABLATION_VARIANTS:
+            if task not in self.ablation_tasks:
+                return f"the {variant} ablation runs on params.yaml ablation_tasks only, and {task} is not one"
+            return None
+        if variant not in self.finetune_variants:
+            return f"variant {variant} is not in params.yaml finetune_variants"
+        if task not in self.finetune_tasks:
+            return f"task {task} is not in params.yaml finetune_tasks"
+        return None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An input that is not there, and why: rendered as a footnote, never an error."""
+
+    path: Path
+    reason: str
+
+    @property
+    def note(self) -> str:
+        return f"{self.path}: missing; {self.reason}"
+
+
+def _gap(path: Path, planned_reason: str | None, producer: str) -> Gap:
+    return Gap(path, planned_reason or f"not produced yet (run {producer})")
+
+
+def gap_notes(gaps: Sequence[Gap]) -> list[str]:
+    """One footnote per run folder and reason: the seeds missing for the same reason share it
+    (results/finetune/rte/scratch/{0,1}/metrics.json), so a table of unrun seeds stays readable."""
+    groups: dict[tuple[Path, str, str], list[str]] = {}
+    for gap in gaps:
+        groups.setdefault((gap.path.parent.parent, gap.path.name, gap.reason), []).append(gap.path.parent.name)
+    notes = []
+    for (folder, name, reason), seeds in groups.items():
+        where = seeds[0] if len(seeds) == 1 else "{" + ",".join(seeds) + "}"
+        notes.append(f"{folder}/{where}/{name}: missing; {reason}")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------------- validation
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+    "bool": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "list": lambda v: isinstance(v, list),
+    "null": lambda v: v is None,
+}
+
+
+def checked_field(obj: Mapping[str, Any], key: str, kind: str, path: Path, where: str = "") -> Any:
+    """obj[key] if it is of `kind` ('str', 'number|null', ...); else a ReportError naming the file and key."""
+    name = f"{where}.{key}" if where else key
+    if key not in obj:
+        raise ReportError(f"{path}: key {name!r} is missing; re-run the stage that wrote the file")
+    value = obj[key]
+    if not any(_KINDS[k](value) for k in kind.split("|")):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ReportError(f"{path}: key {name!r} is {shown}, expected {kind.replace('|', ' or ')}")
+    return value
+
+
+def _verified_inputs(sealed: Path, producer: str) -> dict[str, Any]:
+    """The size and sha256 records of the files a stage wrote beside `sealed` (its sealed JSON), checked first."""
+    data = read_sealed_json(sealed, producer, ReportError)
+    return checked_field(data, "files", "object", sealed)
+
+
+def _verify_beside(path: Path, sealed: Path, producer: str) -> None:
+    """Refuse `path` unless it matches the record its stage wrote in `sealed`."""
+    files = _verified_inputs(sealed, producer)
+    if path.name not in files:
+        raise ReportError(f"{sealed}: records no {path.name}; re-run the {producer} stage")
+    verify_file(path, files[path.name], producer, sealed, error=ReportError)
+
+
+# ---------------------------------------------------------------------------------------------------- fine-tuning
+
+
+@dataclass(frozen=True)
+class Score:
+    """One report of one run (metrics.json `reports.<name>`): fractions, and where they were scored."""
+
+    metrics: dict[str, float]
+    evaluated_on: str
+    paper_split: str | None
+    is_paper_split: bool
+    examples: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """The parts of one finetune metrics.json the tables use."""
+
+    path: Path
+    task: str
+    variant: str
+    seed: int
+    scores: dict[str, Score]
+    cut: str | None  # the training cut's description, e.g. "validation[0%:80%] (shuffled, seed 0)"
+
+
+def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:
+    where = f"reports.{name}"
+    if not isinstance(block, dict):
+        raise ReportError(f"{path}: key {where!r} is {type(block).__name__}, expected object")
+    values = checked_field(block, "metrics", "object", path, where)
+    scores = {m: float(checked_field(values, m, "number", path, f"{where}.metrics")) for m in metrics}
+    counts = checked_field(block, "counts", "object", path, where)
+    return Score(
+        scores,
+        checked_field(block, "evaluated_on", "str", path, where),
+        checked_field(block, "paper_split", "str|null", path, where),
+        checked_field(block, "is_paper_split", "bool", path, where),
+        checked_field(counts, "eval", "int", path, f"{where}.counts"),
+    )
+
+
+def _train_cut(data: dict[str, Any], path: Path) -> str | None:
+    train = checked_field(data, "train", "object", path)
+    cut = checked_field(train, "cut", "object|null", path, "train")
+    return None if cut is None else checked_field(cut, "description", "str", path, "train.cut")
+
+
+def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run:
+    """Validate one finetune metrics.json (gpt1.finetune.build_metrics) and keep what the tables need."""
+    data = read_sealed_json(path, "finetune", ReportError)
+    for key, kind, expected in (("task", "str", task), ("variant", "str", variant), ("seed", "int", seed)):
+        found = checked_field(data, key, kind, path)
+        if found != expected:  # a file copied into the wrong folder would put one run's numbers in another's cell
+            raise ReportError(f"{path}: key {key!r} is {found!r}, but the file sits in the folder of {expected!r}")
+    spec = get_task(task)
+    reports = checked_field(data, "reports", "object", path)
+    scores = {}
+    for report in spec.reports:
+        if report.name not in reports:
+            raise ReportError(
+                f"{path}: key 'reports.{report.name}' is missing; {task} reports "
+                f"{', '.join(r.name for r in spec.reports)}"
+            )
+        scores[report.name] = _score(reports[report.name], report.name, spec.metrics, path)
+    return Run(path, task, variant, seed, scores, _train_cut(data, path))
+
+
+@dataclass
+class Finetuned:
+    """Every (task, variant) the tables need: the runs found by seed, and the gaps."""
+
+    runs: dict[tuple[str, str], dict[int, Run]] = field(default_factory=dict)
+    gaps: dict[tuple[str, str], list[Gap]] = field(default_factory=dict)
+
+    def of(self, task: str, variant: str) -> dict[int, Run]:
+        return self.runs.get((task, variant), {})
+
+    def gaps_of(self, task: str, variant: str) -> list[Gap]:
+        return self.gaps.get((task, variant), [])
+
+
+def finetune_path(results_dir: Path, task: str, variant: str, seed: int) -> Path:
+    return results_dir / "finetune" / task / variant / str(seed) / "metrics.json"
+
+
+def collect_finetune(results_dir: Path, plan: Plan, pairs: Iterable[tuple[str, str]]) -> Finetuned:
+    """Read (task, variant) for every seed of the plan; a missing file is a gap, a malformed one an error."""
+    found = Finetuned()
+    for task, variant in dict.fromkeys(pairs):
+        for seed in plan.seeds:
+            path = finetune_path(results_dir, task, variant, seed)
+            if path.is_file():
+                found.runs.setdefault((task, variant), {})[seed] = read_finetune_metrics(path, task, variant, seed)
+            else:
+                command = f"gpt1 finetune --task {task} --variant {variant} --seed SEED"  # seed: in the path
+                found.gaps.setdefault((task, variant), []).append(
+                    _gap(path, plan.why_not_planned(task, variant), command)
+                )
+    return found
+
+
+def verified_predictions(path: Path) -> dict:
+    """One run's predictions, checked against the record in the metrics.json beside them first."""
+    _verify_beside(path, path.with_name("metrics.json"), "finetune")
+    return read_predictions(path)
+
+
+def predictions_by_seed(results_dir: Path, finetuned: Finetuned, task: str, variant: str) -> dict[int, dict]:
+    """The verified predictions of every run found of (task, variant) that wrote them."""
+    runs = {}
+    for seed in finetuned.of(task, variant):
+        path = finetune_path(results_dir, task, variant, seed).with_name("predictions.jsonl")
+        if path.is_file():
+            runs[seed] = verified_predictions(path)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------------- CSV inputs
+
+
+def _parse(value: str | None, kind: str, path: Path, row: int, column: str) -> Any:
+    text = (value or "").strip()
+    if text == "" and "empty" in kind:
+        return None
+    try:
+        if kind.startswith("int"):
+            return int(text)
+        if kind.startswith("number"):
+            number = float(text)
+            if math.isfinite(number):
+                return number
+        elif text:
+            return text
+    except ValueError:
+        pass
+    raise ReportError(f"{path}: row {row}, column {column!r} is {text!r}, expected {kind.replace('|', ' or ')}")
+
+
+def read_csv_rows(path: Path, fields: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Rows of a stage's CSV with `fields` ({column: 'int' | 'number' | 'number|empty' | 'str'}) parsed."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            missing = [name for name in fields if name not in header]
+            if missing:
+                raise ReportError(f"{path}: column {missing[0]!r} is missing (header: {', '.join(header) or 'none'})")
+            return [
+                {name: _parse(row.get(name), kind, path, number, name) for name, kind in fields.items()}
+                for number, row in enumerate(reader, 2)  # row 1 is the header
+            ]
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ReportError(f"{path}: not a readable CSV file ({err})") from err
+
+
+@dataclass
+class Analyses:
+    """Figure inputs: layer curves by task and seed, zero-shot rows and pre-training curves by model, and gaps."""
+
+    layers: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
+    zeroshot: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    gaps: dict[str, list[Gap]] = field(default_factory=dict)  # by figure name
+
+
+def _wanted(paper: Iterable[str], planned: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys([*paper, *planned]))
+
+
+def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
+    """Read what the figures draw; the paper's tasks and models are looked for even when params drops them,
+    so that the figure says why a line is absent."""
+    found = Analyses()
+    for task in _wanted(LAYER_TASKS, plan.layer_transfer_tasks):
+        why = None if task in plan.layer_transfer_tasks else f"{task} is not in params.yaml layer_transfer_tasks"
+        for seed in plan.seeds:
+            path = results_dir / "analyses" / "layers" / task / str(seed) / "layers.csv"
+            producer = f"gpt1 layers --task {task} --seed SEED"
+            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer, "layers", "layers.json")
+            if rows is not None:
+                found.layers.setdefault(task, {})[seed] = rows
+    for model in _wanted(MODELS, plan.pretrain_models):
+        why = None if model in plan.pretrain_models else f"{model} is not in params.yaml pretrain_models"
+        path = results_dir / "analyses" / "zeroshot" / model / "zeroshot.csv"
+        producer = f"gpt1 zeroshot on pretrain/{model}"
+        rows = _rows_or_gap(found, "figure2_right", path, ZEROSHOT_FIELDS, why, producer, "zeroshot", "zeroshot.json")
+        if rows is not None:
+            found.zeroshot[model] = rows
+        path = results_dir / "pretrain" / model / "curves.csv"
+        producer = f"gpt1 pretrain --model {model}"
+        rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, producer, "pretrain", "metrics.json")
+        if rows is not None:
+            found.curves[model] = rows
+    return found
+
+
+def _rows_or_gap(
+    found: Analyses,
+    figure: str,
+    path: Path,
+    fields: Mapping[str, str],
+    why: str | None,
+    producer: str,
+    stage: str,
+    sealed: str,
+) -> list[dict[str, Any]] | None:
+    """The parsed rows (verified against the record that `stage` wrote in the sealed JSON beside them, named
+    `sealed`), or None after recording the gap in `found` (`producer`: the command that makes the file)."""
+    if path.is_file():
+        _verify_beside(path, path.with_name(sealed), stage)
+        return read_csv_rows(path, fields)
+    found.gaps.setdefault(figure, []).append(_gap(path, why, producer))
+    return None

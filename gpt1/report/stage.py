@@ -1,0 +1,238 @@
+"""`gpt1 report`: read every input, build the tables, the summary and the figures, write them all together, and
+make the report's MLflow run the parent of this pipeline invocation's runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpt1.errors import ReportError
+from gpt1.files import staged_outputs
+from gpt1.report.figures import (
+    FIGURE_BUILDERS,
+    FIGURE_FORMATS,
+    FIGURES,
+    ZEROSHOT_TASKS,
+    layer_means,
+    save_figure,
+    zeroshot_points,
+)
+from gpt1.report.inputs import Analyses, Finetuned, Gap, Plan, collect_analyses, collect_finetune, gap_notes
+from gpt1.report.renderers import RENDERERS, TABLE_FORMATS
+from gpt1.report.tables import TABLES, Table, build_tables, finetune_pairs, load_paper
+
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.json"  # in OUT itself: the DVC metrics file
+PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
+PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.tracking.stage_run from GPT1_PIPELINE_RUN
+
+# ---------------------------------------------------------------------------------------------------- summary
+
+
+def _rounded(value: float) -> float:
+    return round(float(value), 4)
+
+
+def table_summary(tables: Sequence[Table]) -> dict[str, float]:
+    """Our headline numbers (percent): table2.pretrained.mnli_m, table4.glue_average.pretrained, table5.lstm.avg."""
+    summary: dict[str, float] = {}
+    for table in tables:
+        for row in (r for r in table.rows if r.source == "ours"):
+            for key, cell in row.cells.items():
+                if cell.value is None:
+                    continue
+                name = f"table4.glue_average.{row.variant}" if key == "glue" else f"{table.name}.{row.variant}.{key}"
+                summary[name] = _rounded(cell.value)
+                if table.name == "table5" and key == "avg" and cell.diff is not None:
+                    summary[f"table5.{row.variant}.avg_diff"] = _rounded(cell.diff)
+    return summary
+
+
+def analysis_summary(analyses: Analyses) -> dict[str, float]:
+    """The last point of each curve: dev accuracy with all layers, final zero-shot scores, final perplexity."""
+    summary: dict[str, float] = {}
+    for task, curve in layer_means(analyses).items():
+        summary[f"figure2_left.{task}.dev_accuracy"] = _rounded(curve["dev"][-1])
+    for model, rows in analyses.zeroshot.items():
+        for task in ZEROSHOT_TASKS:
+            points = zeroshot_points(rows, task)
+            if points:
+                summary[f"figure2_right.{model}.{task}.normalised"] = _rounded(points[-1][1])
+    for model, rows in analyses.curves.items():
+        perplexity = [r for r in rows if r["val_perplexity"] is not None]
+        if perplexity:
+            last = max(perplexity, key=lambda r: r["step"])
+            summary[f"pretrain.{model}.val_perplexity"] = _rounded(last["val_perplexity"])
+    return summary
+
+
+def build_summary(tables: Sequence[Table], analyses: Analyses, gaps: int) -> dict[str, float]:
+    return {**table_summary(tables), **analysis_summary(analyses), "report.gaps": gaps}
+
+
+# The curated metrics: short flat keys (they are column headers of `dvc exp show`), a few per stage, each the
+# summary key it copies or the mean of the summary keys it averages (a key missing from the summary, a gap, is left
+# out of the mean; none present gives null), then `gaps`, the count of missing inputs.
+CURATED_METRICS: dict[str, tuple[str, ...]] = {
+    "ppl_gpt": ("pretrain.gpt.val_perplexity",),
+    "ppl_lstm": ("pretrain.lstm.val_perplexity",),
+    "glue": ("table4.glue_average.pretrained",),
+    "glue_scratch": ("table4.glue_average.scratch",),
+    "race": ("table3.pretrained.race",),
+    "t5_no_aux": ("table5.no_aux.avg",),
+    "t5_lstm": ("table5.lstm.avg",),
+    "layers": ("figure2_left.mnli.dev_accuracy", "figure2_left.race.dev_accuracy"),
+    "zs_gpt": tuple(f"figure2_right.gpt.{task}.normalised" for task in ("cola", "sst2", "race", "dprd")),
+    "zs_lstm": tuple(f"figure2_right.lstm.{task}.normalised" for task in ("cola", "sst2", "race", "dprd")),
+}
+
+
+def curated_metrics(summary: Mapping[str, float]) -> dict[str, float | None]:
+    """The few numbers per stage that `dvc metrics show`, `dvc metrics diff` and `dvc exp show` print."""
+    curated: dict[str, float | None] = {}
+    for name, keys in CURATED_METRICS.items():
+        present = [summary[key] for key in keys if key in summary]
+        curated[name] = _rounded(sum(present) / len(present)) if present else None
+    curated["gaps"] = summary.get("report.gaps")
+    return curated
+
+
+# ---------------------------------------------------------------------------------------------------- the report
+
+
+@dataclass
+class ReportContents:
+    """Everything the stage writes, built before anything is written."""
+
+    tables: list[Table]
+    analyses: Analyses
+    finetuned: Finetuned
+    summary: dict[str, float]
+
+    @property
+    def gaps(self) -> list[Gap]:
+        return [g for gaps in self.finetuned.gaps.values() for g in gaps] + [
+            g for gaps in self.analyses.gaps.values() for g in gaps
+        ]
+
+
+def build_report(plan: Plan, results_dir: Path, paper: Mapping[str, Any] | None = None) -> ReportContents:
+    """Read and validate every input, build every table; nothing is written (a malformed input fails here)."""
+    paper = paper or load_paper()
+    finetuned = collect_finetune(results_dir, plan, finetune_pairs(paper))
+    analyses = collect_analyses(results_dir, plan)
+    tables = build_tables(paper, finetuned, plan, results_dir)
+    report = ReportContents(tables, analyses, finetuned, {})
+    report.summary = build_summary(tables, analyses, len(report.gaps))
+    return report
+
+
+def declared_outputs(out_dir: str | Path) -> list[Path]:
+    """Every file the stage writes, in the order it writes them (the Snakemake rule and dvc.yaml list these)."""
+    out_dir = Path(out_dir)
+    tables = [out_dir / "tables" / f"{name}.{fmt}" for name in TABLES for fmt in TABLE_FORMATS]
+    figures = [out_dir / "figures" / f"{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS]
+    return [*tables, out_dir / "tables" / SUMMARY_FILE, out_dir / METRICS_FILE, *figures]
+
+
+def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
+    """Render every output to temporary names and rename them all together at the end."""
+    finals = declared_outputs(out_dir)
+    with staged_outputs(*finals) as temps:
+        temp_of = dict(zip(finals, temps, strict=True))
+        for table in report.tables:
+            for fmt, render in RENDERERS.items():
+                temp_of[out_dir / "tables" / f"{table.name}.{fmt}"].write_text(render(table), encoding="utf-8")
+        summary = json.dumps(report.summary, indent=2, sort_keys=True) + "\n"
+        temp_of[out_dir / "tables" / SUMMARY_FILE].write_text(summary)
+        temp_of[out_dir / METRICS_FILE].write_text(json.dumps(curated_metrics(report.summary), indent=2) + "\n")
+        for name, build in FIGURE_BUILDERS.items():
+            figure = build(report.analyses)
+            for fmt in FIGURE_FORMATS:
+                save_figure(figure, temp_of[out_dir / "figures" / f"{name}.{fmt}"], fmt)
+    return finals
+
+
+def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> ReportContents:
+    """The stage without MLflow: read RESULTS for cfg's lists, write OUT/tables and OUT/figures."""
+    report = build_report(Plan.from_config(cfg), Path(results_dir))
+    write_report(report, Path(out_dir))
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------- MLflow
+
+
+def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> list[str]:
+    """Make every run of this pipeline invocation (tag gpt1.pipeline_run, default: $GPT1_PIPELINE_RUN) a child of
+    `parent_run_id`, so that `mlflow ui` nests them under the report; returns the children's run ids."""
+    from mlflow.tracking import MlflowClient
+
+    from gpt1.tracking import PIPELINE_RUN_ENV, StageRun, tracking_uri
+
+    pipeline_run = pipeline_run if pipeline_run is not None else os.environ.get(PIPELINE_RUN_ENV)
+    if not pipeline_run:
+        return []
+    if "'" in pipeline_run or "\\" in pipeline_run:  # MLflow's filter strings cannot escape them
+        raise ReportError(
+            f"{PIPELINE_RUN_ENV}={pipeline_run!r}: quotes and backslashes cannot be searched for; "
+            "use letters, digits, '-', '_' or ':'"
+        )
+    client = MlflowClient(tracking_uri())
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    query = f"tags.`{PIPELINE_TAG}` = '{pipeline_run}'"
+    children, token = [], None
+    while True:
+        page = client.search_runs([experiment], filter_string=query, max_results=1000, page_token=token)
+        children += [run.info.run_id for run in page if run.info.run_id != parent_run_id]
+        token = page.token
+        if not token:
+            break
+    for child in children:
+        StageRun(child).set_tags({PARENT_TAG: parent_run_id})
+    return children
+
+
+def _stage_params(results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
+    return {
+        "results_dir": str(results_dir),
+        "out_dir": str(out_dir),
+        "finetune_tasks": list(plan.finetune_tasks),
+        "finetune_variants": list(plan.finetune_variants),
+        "seeds": list(plan.seeds),
+        "ablation_tasks": list(plan.ablation_tasks),
+        "layer_transfer_tasks": list(plan.layer_transfer_tasks),
+        "pretrain_models": list(plan.pretrain_models),
+    }
+
+
+def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
+    """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV), summary.json and the figures under OUT, written together;
+    one MLflow run holding them as artifacts, made the parent of this pipeline invocation's runs."""
+    from gpt1.tracking import stage_run
+
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
+    plan = Plan.from_config(cfg)
+    report = build_report(plan, results_dir)  # malformed inputs fail before a run is opened or a file written
+    for note in gap_notes(report.gaps):
+        print(f"report: gap: {note}")
+    params = _stage_params(results_dir, out_dir, plan)
+    with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+        outputs = write_report(report, out_dir)
+        run.log_metrics(report.summary)
+        for path in outputs:
+            run.log_artifact(path, path.parent.name)
+        children = adopt_pipeline_runs(run.run_id)
+        run.set_tags({"gpt1.children": len(children), "gpt1.gaps": len(report.gaps)})
+    print(f"report: {len(outputs)} files under {out_dir}; {len(report.gaps)} gaps; {len(children)} runs nested")
+    return {
+        "run_id": run.run_id,
+        "outputs": [str(p) for p in outputs],
+        "summary": report.summary,
+        "gaps": [g.note for g in report.gaps],
+        "children": children,
+    }

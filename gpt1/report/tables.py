@@ -1,0 +1,402 @@
+"""The table model: the paper's Tables 2-5 (gpt1/paper.yaml, its only source) with our rows beside them.
+
+Rules the tables follow:
+* A missing input is an explained gap: "—" plus a footnote naming the file and why it is missing.
+* Numbers are percent with one decimal, rounded half up as the paper prints them (gpt1.report.numbers).
+* Our cells: the mean over the seeds present ± one standard error (over seeds, or a bootstrap over the evaluation
+  examples of one seed), then (paper X, Δ ours - paper), the difference taken between the two printed numbers so
+  that a reader can check it.
+* Table 5's Avg is the paper's: the unweighted mean of its 8 columns, MNLI the mean of matched and mismatched. The
+  paper's printed average is kept as printed; where it disagrees with the mean of its own printed columns (the LSTM
+  row: 69.1 printed, 69.1625 -> 69.2 recomputed) a footnote says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from gpt1.errors import ReportError
+from gpt1.metrics import GLUE_COMPONENTS, bootstrap_se, glue_average
+from gpt1.report.inputs import (
+    Finetuned,
+    Plan,
+    Run,
+    checked_field,
+    gap_notes,
+    predictions_by_seed,
+    verified_predictions,
+)
+from gpt1.report.numbers import difference, exact_decimal, mean_sd, mean_se, paper_average, round_half_up
+from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES, PairedTest, column_test
+from gpt1.tasks import REPORTED
+
+PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
+TABLES = ("table2", "table3", "table4", "table5")
+GAP = "—"  # our cell when its input is missing; the paper's own blanks stay empty
+
+# Our rows of Tables 2-4, and the Table 5 variant of each paper row (paper.yaml names the variant per row).
+MAIN_VARIANTS = {"pretrained": "ours (pretrained)", "scratch": "ours (no pre-training)"}
+FULL_VARIANT = "pretrained"  # Table 5's full model, which every ablation is tested against
+COMPUTED_COLUMNS = ("glue", "avg")  # not a task: our GLUE-style average (Table 4), the paper's Avg (Table 5)
+
+
+# ---------------------------------------------------------------------------------------------------- paper
+
+
+def load_paper(path: Path = PAPER_FILE) -> dict[str, Any]:
+    """paper.yaml: the paper's tables (rows of printed numbers) and the split notes for the footnotes."""
+    data = yaml.safe_load(path.read_text())
+    tables = checked_field(data, "tables", "object", path)
+    for name in TABLES:
+        table = checked_field(tables, name, "object", path, "tables")
+        for i, row in enumerate(checked_field(table, "rows", "list", path, f"tables.{name}")):
+            checked_field(row, "method", "str", path, f"tables.{name}.rows[{i}]")
+            checked_field(row, "values", "object", path, f"tables.{name}.rows[{i}]")
+    checked_field(data, "splits", "object", path)
+    return data
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: the paper's key and label; for ours, the task run and the (report, metric) pairs averaged
+    (a task column: one pair; Table 5's MNLI: matched and mismatched)."""
+
+    key: str
+    label: str
+    task: str | None  # None: a computed column (GLUE average, Avg)
+    components: tuple[tuple[str, str], ...] = ()
+
+
+def make_columns(table: str, spec: Mapping[str, Any]) -> list[Column]:
+    columns = []
+    for entry in spec["columns"]:
+        key, label = entry["key"], entry["label"]
+        if key in COMPUTED_COLUMNS:
+            columns.append(Column(key, label, None))
+        elif table == "table5" and key == "mnli":
+            columns.append(Column(key, label, "mnli", GLUE_COMPONENTS["mnli"]))
+        elif key in REPORTED:
+            columns.append(Column(key, label, REPORTED[key].task, ((key, REPORTED[key].metric),)))
+        else:
+            raise ReportError(
+                f"{PAPER_FILE}: key 'tables.{table}.columns' names {key!r}, which is not a report of "
+                f"gpt1/tasks.py (valid: {', '.join(REPORTED)}, {', '.join(COMPUTED_COLUMNS)})"
+            )
+    if spec.get("average"):
+        columns.append(Column(spec["average"], "Avg", None))
+    return columns
+
+
+def average_discrepancy(method: str, values: Mapping[str, float], printed: float) -> str | None:
+    """A footnote when the paper's printed average is not the rounded mean of its own printed columns."""
+    exact = paper_average(values.values())
+    recomputed = float(exact.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+    if recomputed == printed:
+        return None
+    total = sum((exact_decimal(v) for v in values.values()), Decimal(0))
+    return (
+        f"The paper prints Avg {printed:.1f} for “{method}”, but the mean of its {len(values)} printed columns "
+        f"is {total.normalize()} / {len(values)} = {exact.normalize()}, {recomputed:.1f} when rounded; kept as "
+        f"printed (the paper presumably averaged unrounded scores)."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- cells
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell. Paper rows: value only. Ours: mean over seeds, sd, the paper's number, footnotes."""
+
+    value: float | None = None  # percent, unrounded
+    sd: float | None = None  # over seeds (None for one seed)
+    se: float | None = None  # standard error of `value`: sd / sqrt(seeds), or for one seed a bootstrap over examples
+    seeds: tuple[int, ...] = ()
+    paper: float | None = None
+    notes: tuple[str, ...] = ()
+    ours: bool = False
+    compare: bool = True  # False: the paper's number is shown but not subtracted (not the same quantity)
+    per_seed: Mapping[int, float] = field(default_factory=dict)  # Table 5's Avg is a mean per seed
+
+    @property
+    def shown(self) -> float | None:
+        return None if self.value is None else round_half_up(self.value)
+
+    @property
+    def diff(self) -> float | None:
+        if self.value is None or self.paper is None or not self.compare:
+            return None
+        return difference(self.value, self.paper)
+
+    def text(self) -> str:
+        """'79.3 ± 0.4 (paper 82.1, Δ -2.8)', ± one standard error; the paper's blanks stay empty, our gaps '—'."""
+        if self.value is None:
+            return GAP if self.ours else ""
+        text = f"{self.shown:.1f}"
+        if self.se is not None:
+            text += f" ± {round_half_up(self.se):.1f}"
+        if self.ours and self.paper is not None:
+            text += f" (paper {self.paper:.1f}" + (f", Δ {self.diff:+.1f})" if self.compare else ")")
+        return text
+
+
+def our_cell(
+    values: Mapping[int, float],
+    paper: float | None,
+    notes: Iterable[str],
+    compare: bool = True,
+    one_seed_se: float | None = None,
+) -> Cell:
+    """Our cell from {seed: percent}; no values: a gap (its notes say why). The standard error is sd / sqrt(n) over
+    several seeds; for one seed, `one_seed_se` (a bootstrap over the evaluation examples) when it is known."""
+    if not values:
+        return Cell(paper=paper, notes=tuple(dict.fromkeys(notes)), ours=True, compare=compare)
+    mean, sd = mean_sd(list(values.values()))
+    se = sd / math.sqrt(len(values)) if sd is not None else one_seed_se
+    return Cell(mean, sd, se, tuple(sorted(values)), paper, tuple(dict.fromkeys(notes)), True, compare, dict(values))
+
+
+def column_se(run: Run, column: Column) -> float | None:
+    """Bootstrap standard error (percent) of one run's column value over its evaluation examples, from the run's
+    predictions (verified against metrics.json); None without predictions. A column averaging several reports
+    (MNLI: matched and mismatched, scored on disjoint examples) combines their errors as independent."""
+    path = run.path.with_name("predictions.jsonl")
+    if not path.is_file():
+        return None
+    predictions = verified_predictions(path)
+    errors = []
+    for report, metric in column.components:
+        keys = sorted((k for k in predictions if k[0] == report), key=lambda k: (k[1], k[2], k[3] or ""))
+        if not keys:
+            return None
+        labels = [predictions[k].label for k in keys]
+        guesses = [predictions[k].prediction for k in keys]
+        errors.append(100.0 * bootstrap_se(metric, labels, guesses, n=RESAMPLES, seed=BOOTSTRAP_SEED))
+    return mean_se(errors)
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    source: str  # "paper" or "ours"
+    variant: str | None
+    cells: dict[str, Cell]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    title: str
+    columns: list[Column]
+    rows: list[Row]
+    notes: list[str]  # table-wide notes, printed under the footnotes
+    tests: list[PairedTest] = field(default_factory=list)  # Table 5: full vs each ablation, per column
+    untested: list[str] = field(default_factory=list)  # the comparisons with no predictions to pair, and why
+
+
+def column_value(run: Run, column: Column) -> float:
+    """Percent: the mean of the column's (report, metric) pairs in one run."""
+    return 100.0 * float(np.mean([run.scores[report].metrics[metric] for report, metric in column.components]))
+
+
+def split_notes(column: Column, runs: Mapping[int, Run], beside_paper: bool = True) -> list[str]:
+    """Which split each report of the column was scored on; `beside_paper`: and the paper's split and source
+    (Tables 2-4; Table 5's paper numbers are dev-set numbers, said once in its notes)."""
+    notes = []
+    for report, _ in column.components:
+        scored = sorted({(r.scores[report].evaluated_on, r.scores[report].examples) for r in runs.values()})
+        first = next(iter(runs.values())).scores[report]
+        where = " / ".join(f"{split} ({n} examples)" for split, n in scored)
+        if first.is_paper_split:
+            paper = "the paper's split"
+        else:
+            paper = f"the paper: {first.paper_split} ({REPORTED[report].via})"
+        notes.append(f"{report}: evaluated on {where}" + (f"; {paper}" if beside_paper else ""))
+    return notes
+
+
+def cut_notes(runs: Mapping[int, Run]) -> list[str]:
+    cuts = sorted({(r.task, r.cut) for r in runs.values() if r.cut})
+    return [
+        f"{task}: fine-tuned on the cut {cut} (params.yaml finetune.train_cuts.{task}); scored on the rest of "
+        f"that split"
+        for task, cut in cuts
+    ]
+
+
+def task_cell(
+    column: Column, variant: str, finetuned: Finetuned, paper: float | None, beside_paper: bool = True
+) -> Cell:
+    runs = finetuned.of(column.task, variant)
+    notes = gap_notes(finetuned.gaps_of(column.task, variant))
+    if runs:
+        notes += split_notes(column, runs, beside_paper) + cut_notes(runs)
+    one_seed_se = column_se(next(iter(runs.values())), column) if len(runs) == 1 else None
+    values = {seed: column_value(run, column) for seed, run in runs.items()}
+    return our_cell(values, paper, notes, one_seed_se=one_seed_se)
+
+
+GLUE_NOTE = (
+    "GLUE-style average over the tasks we have ({tasks}{missing}): gpt1.metrics.glue_average, the mean "
+    "over tasks of each task's GLUE metrics (CoLA: MCC; MRPC, QQP: F1 and accuracy; STS-B: Pearson and "
+    "Spearman; MNLI: matched and mismatched accuracy), on the splits we evaluate. Not the GLUE leaderboard "
+    "score the paper prints (hidden test sets, and WNLI, which the paper does not fine-tune): no Δ."
+)
+
+
+def glue_cell(variant: str, finetuned: Finetuned, paper: float | None) -> Cell:
+    """Table 4's GLUE column for us: glue_average per seed over the GLUE tasks present for every counted seed."""
+    by_seed: dict[int, dict[str, Run]] = {}
+    for task in GLUE_COMPONENTS:
+        for seed, run in finetuned.of(task, variant).items():
+            by_seed.setdefault(seed, {})[task] = run
+    common = [t for t in GLUE_COMPONENTS if by_seed and all(t in runs for runs in by_seed.values())]
+    if not common:
+        return our_cell({}, paper, [f"GLUE-style average: no GLUE task results for variant {variant}"], False)
+    missing = [t for t in GLUE_COMPONENTS if t not in common]
+    note = GLUE_NOTE.format(tasks=", ".join(common), missing=f"; missing: {', '.join(missing)}" if missing else "")
+    values = {
+        seed: 100.0 * glue_average({r: s.metrics for t in common for r, s in runs[t].scores.items()}, common)
+        for seed, runs in by_seed.items()
+    }
+    return our_cell(values, paper, [note], compare=False)
+
+
+AVG_NOTE = (
+    "Avg: the unweighted mean of the 8 columns (MNLI: the mean of matched and mismatched), as the paper "
+    "defines it; ours averages the unrounded scores, per seed; left empty while a column is missing."
+)
+
+
+def average_cell(cells: Mapping[str, Cell], paper: float | None) -> Cell:
+    """Table 5's Avg for us: per seed, the mean of the 8 columns, over the seeds every column has."""
+    seeds = set.intersection(*(set(c.seeds) for c in cells.values())) if cells else set()
+    absent = [key for key, cell in cells.items() if cell.value is None]
+    if absent or not seeds:
+        why = f"missing columns: {', '.join(absent)}" if absent else "no seed has every column"
+        return our_cell({}, paper, [f"{AVG_NOTE} Here: {why}"])
+    errors = [c.se for c in cells.values()]
+    # one seed: the columns' bootstrap errors, combined as independent
+    one_seed_se = mean_se(errors) if len(seeds) == 1 and all(e is not None for e in errors) else None
+    values = {s: float(np.mean([c.per_seed[s] for c in cells.values()])) for s in sorted(seeds)}
+    return our_cell(values, paper, [AVG_NOTE], one_seed_se=one_seed_se)
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+
+
+def _paper_method(row: Mapping[str, Any]) -> str:
+    return row["method"].replace(" (ours)", "") + " (paper)" if row.get("ours") else row["method"]
+
+
+def paper_row(row: Mapping[str, Any], columns: Sequence[Column], label: str | None = None) -> Row:
+    values = dict(row["values"])
+    if row.get("avg") is not None:
+        values["avg"] = row["avg"]
+    cells = {c.key: Cell(float(values[c.key])) if c.key in values else Cell() for c in columns}
+    return Row(label or _paper_method(row), "paper", row.get("variant"), cells)
+
+
+def table_notes(name: str, paper: Mapping[str, Any], seeds: Sequence[int]) -> list[str]:
+    splits = paper["splits"]
+    notes = [
+        f"Our rows: percent (MCC, F1 and correlations × 100), one decimal, rounded half up; the mean "
+        f"over the seeds present (params.yaml seeds: {', '.join(map(str, seeds))}) ± one standard error: "
+        f"sd / sqrt(seeds) over several seeds; for one seed, a bootstrap over the evaluation examples "
+        f"({RESAMPLES} resamples of the run's predictions; averages combine their columns' errors as "
+        f"independent; the GLUE-style average shows none); in "
+        f"brackets the paper's number and Δ = ours - paper, between the printed numbers. {GAP}: no result "
+        f"(the footnote names the missing file)."
+    ]
+    notes += {
+        "table2": [splits["glue_test_server"], splits["public_test"]],
+        "table3": [splits["public_test"]],
+        "table4": [splits["glue_test_server"]],
+        "table5": [splits["table5"]],
+    }[name]
+    return [" ".join(n.split()) for n in notes]
+
+
+def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan) -> Table:
+    """Tables 2-4: the paper's rows, then ours (pretrained) and ours (no pre-training)."""
+    spec = paper["tables"][name]
+    columns = make_columns(name, spec)
+    rows = [paper_row(r, columns) for r in spec["rows"]]
+    reference = next((r["values"] for r in spec["rows"] if r.get("ours")), {})
+    for variant, label in MAIN_VARIANTS.items():
+        cells = {
+            c.key: glue_cell(variant, finetuned, reference.get(c.key))
+            if c.key == "glue"
+            else task_cell(c, variant, finetuned, reference.get(c.key))
+            for c in columns
+        }
+        rows.append(Row(label, "ours", variant, cells))
+    return Table(name, spec["title"], columns, rows, table_notes(name, paper, plan.seeds))
+
+
+def ablation_tests(
+    results_dir: Path, columns: Sequence[Column], variants: Sequence[str], finetuned: Finetuned
+) -> tuple[list[PairedTest], list[str]]:
+    """Full vs each ablation on every task column (paired bootstrap over the evaluation examples both scored);
+    and a line for each comparison that has nothing to pair."""
+    tests, untested = [], []
+    for column in (c for c in columns if c.task is not None):
+        full = predictions_by_seed(results_dir, finetuned, column.task, FULL_VARIANT)
+        reports, metrics = zip(*column.components, strict=True)  # Table 5's MNLI: two reports, one metric
+        for variant in variants:
+            ablated = predictions_by_seed(results_dir, finetuned, column.task, variant)
+            test = column_test(variant, column.key, metrics[0], reports, full, ablated)
+            if test is None:
+                untested.append(f"{column.label}: full vs {variant} not tested, no seed has the predictions of both")
+            else:
+                tests.append(test)
+    return tests, untested
+
+
+def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> Table:
+    """Table 5: each paper row, our row of the same variant right under it; then the paired tests."""
+    spec = paper["tables"]["table5"]
+    columns = make_columns("table5", spec)
+    tasks = [c for c in columns if c.task is not None]
+    rows = []
+    for row in spec["rows"]:
+        printed = paper_row(row, columns, f"paper: {row['method']}")
+        note = average_discrepancy(row["method"], row["values"], float(row["avg"]))
+        if note:
+            printed.cells["avg"] = Cell(printed.cells["avg"].value, notes=(note,))
+        cells = {
+            c.key: task_cell(c, row["variant"], finetuned, row["values"].get(c.key), beside_paper=False) for c in tasks
+        }
+        cells["avg"] = average_cell(cells, float(row["avg"]))
+        rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
+    variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
+    tests, untested = ablation_tests(results_dir, columns, variants, finetuned)
+    return Table("table5", spec["title"], columns, rows, table_notes("table5", paper, plan.seeds), tests, untested)
+
+
+def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every (task, variant) a table cell reads."""
+    pairs = []
+    for name in TABLES:
+        spec = paper["tables"][name]
+        variants = [r["variant"] for r in spec["rows"]] if name == "table5" else list(MAIN_VARIANTS)
+        tasks = [c.task for c in make_columns(name, spec) if c.task]
+        if name == "table4":  # the GLUE-style average reads every GLUE task
+            tasks += list(GLUE_COMPONENTS)
+        pairs += [(t, v) for v in variants for t in tasks]
+    return list(dict.fromkeys(pairs))
+
+
+def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> list[Table]:
+    return [
+        *(main_table(n, paper, finetuned, plan) for n in TABLES[:3]),
+        ablation_table(paper, finetuned, plan, results_dir),
+    ]
