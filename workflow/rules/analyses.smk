@@ -36,7 +36,9 @@ rule zeroshot:
 
 rule layers:
     input:
-        code=code("layers", "finetune", "taskdata", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"),
+        code=code(
+            "layers", "finetune", "taskdata", "tasks", "metrics", "model", "pretrain", "tokenizer", "task_fixtures"
+        ),
         weights=out("pretrain", "gpt", "model.safetensors"),
         config=out("pretrain", "gpt", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),

@@ -91,7 +91,9 @@ TASK_DATA_KEYS = ["train_cuts", "max_train_examples", "max_eval_examples"]
 
 
 def task_data_outputs():
-    return expand(out("tasks", "{task}", "{file}"), task=config["finetune_tasks"], file=["encoded.json", "examples.jsonl"])
+    return expand(
+        out("tasks", "{task}", "{file}"), task=config["finetune_tasks"], file=["encoded.json", "examples.jsonl"]
+    )
 
 
 PRETRAINED = config["pretrain_models"]
