@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from gpt1.hf import to_hf_model
 from gpt1.model import GPT, GPTConfig
-from gpt1.pretrain import attention_kernels, configure_device, flops_per_token, resolve_compile, resolve_precision
+from gpt1.pretrain import flops_per_token
+from gpt1.runtime import attention_kernels, configure_device, resolve_compile, resolve_precision
 
 CPU_SHAPE = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab": 8400, "batch": 32}
 CUDA_SHAPE = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_ctx": 512, "vocab": 40478, "batch": 64}

@@ -64,6 +64,25 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out.update(_flat(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def first_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first (sorted) dotted key where two JSON objects differ, with the old and the new value; None if equal.
+    Errors name one setting instead of printing two whole objects."""
+    a, b = _flat(old), _flat(new)
+    for key in sorted(a.keys() | b.keys()):
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            return key, a.get(key, "<absent>"), b.get(key, "<absent>")
+    return None
+
+
 def write_jsonl_line(handle: IO[str], record: dict[str, Any]) -> int:
     """Write one record; return the bytes written."""
     line = json.dumps(record, ensure_ascii=False) + "\n"

@@ -28,7 +28,6 @@ import csv
 import dataclasses
 import json
 import math
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,10 +41,11 @@ from torch import nn
 from tqdm import tqdm
 
 from gpt1 import metrics as metric_lib
+from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, build_model, config_from_dict, load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_json, staged_outputs, without_timings, write_sealed_json
 from gpt1.model import GPT, LSTMLM
-from gpt1.pretrain import autocast, resolve_precision
+from gpt1.runtime import autocast, default_device, resolve_precision, seed_everything
 from gpt1.taskdata import (
     DATA_SEED,
     SELECTION_FRACTION,
@@ -80,7 +80,6 @@ PREDICTIONS_FILE = "predictions.jsonl"
 CURVES_FILE = "curves.csv"
 OUTPUT_FILES = (METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE)
 CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
-MODEL_FILE, MODEL_JSON = "model.safetensors", "model.json"  # what `gpt1 pretrain` writes (gpt1.pretrain)
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 INIT_STD = 0.02  # heads, new token rows and re-initialised blocks: the paper's N(0, 0.02)
@@ -176,9 +175,7 @@ def load_tokenizer(variant: Variant, pretrained: str, tokenizer_dir: Path | None
 
 
 def load_backbone(variant: Variant, pretrained: str) -> tuple[nn.Module, dict[str, Any]]:
-    """(language model, meta) for a variant; meta as gpt1.pretrain.load_pretrained returns it."""
-    from gpt1.pretrain import build_model, config_from_dict, load_pretrained
-
+    """(language model, meta) for a variant; meta as gpt1.checkpoints.load_pretrained returns it."""
     if variant.init == "released":
         if _is_local(pretrained) and not (Path(pretrained) / "config.json").is_file():
             raise FinetuneError(f"{Path(pretrained) / 'config.json'}: missing; give a Hugging Face OpenAIGPT folder "
@@ -421,17 +418,6 @@ def lr_factor(update: int, warmup: int, total: int) -> float:
     return max(0.0, (total - update) / max(1, total - warmup))
 
 
-def device() -> torch.device:
-    """CUDA when there is one (the paper profile), else the CPU (bit-reproducible for a given thread count)."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def batches(part: Part, size: int, order: Sequence[int], regression: bool) -> Iterator[tuple[list[int], Batch]]:
     """(positions, padded batch) in `order`, made one at a time (a whole padded dataset would not fit)."""
     for start in range(0, len(order), size):
@@ -628,7 +614,7 @@ def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: st
     check_pair(lm, meta, tokenizer, where, tok_source)
     transfer = transfer_init(lm, transfer_layers) if transfer_layers is not None else None
     add_specials(lm, tokenizer)
-    model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(device())
+    model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(default_device())
 
     synthetic = cfg.section("corpus")["source"] == "synthetic"
     source = data_source(cfg.data_mirror, synthetic, spec, present)

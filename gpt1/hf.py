@@ -221,7 +221,7 @@ def _provenance(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
 def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str = "hf") -> Path:
     """`gpt1 export`: a pretrain folder (model.safetensors + model.json) -> OUT/ that
     `OpenAIGPTLMHeadModel.from_pretrained(OUT)` loads, plus gpt1_export.json (where it came from)."""
-    from gpt1.pretrain import MODEL_JSON, load_pretrained
+    from gpt1.checkpoints import MODEL_JSON, load_pretrained
     from gpt1.tracking import stage_run
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)

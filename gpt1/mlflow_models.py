@@ -55,7 +55,7 @@ class LanguageModel(mlflow.pyfunc.PythonModel):
     `text` column; output per row: predicted tokens, mean log-probability per token, perplexity."""
 
     def load_context(self, context: Any) -> None:
-        from gpt1.pretrain import load_pretrained
+        from gpt1.checkpoints import load_pretrained
         from gpt1.tokenizer import GPT1Tokenizer
 
         self.model, _ = load_pretrained(context.artifacts["model"])
@@ -123,8 +123,8 @@ def task_model_meta(model: Any, task: str, variant: str, clf_dropout: float) -> 
 
 def build_task_model(meta: dict[str, Any]) -> tuple[Any, Any]:
     """(FinetuneModel with fresh weights, TaskSpec) from task_model_meta's record."""
+    from gpt1.checkpoints import build_model, config_from_dict
     from gpt1.finetune import FinetuneModel
-    from gpt1.pretrain import build_model, config_from_dict
     from gpt1.tasks import get_task
 
     spec = get_task(meta["task"])
@@ -180,7 +180,7 @@ def log_language_model(run: Any, kind: str, model: torch.nn.Module, out_dir: Pat
     model.json; the tokenizer folder beside it. Returns the model URI."""
     import tempfile
 
-    from gpt1.pretrain import MODEL_FILE, MODEL_JSON
+    from gpt1.checkpoints import MODEL_FILE, MODEL_JSON
 
     with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp:
         if kind == "gpt":

@@ -19,6 +19,9 @@ How the pieces fit (all of it is the same on 1 process and under `torchrun`):
   snapshots written so far) and a pointer file naming it, written last. Re-running the same command continues from
   it; on CPU the final weights equal those of an uninterrupted run bit for bit.
 * Outputs. `declared_outputs()` lists them; they appear together (temp files, then renames) when the run ends.
+
+The weights format and `load_pretrained` live in gpt1.checkpoints, the checkpoint of a resumable run in gpt1.resume,
+device, precision and DDP in gpt1.runtime: this module is the stage that wires them to params.yaml and MLflow.
 """
 
 from __future__ import annotations
@@ -26,20 +29,14 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import hashlib
-import json
 import math
 import os
-import pickle
 import queue
-import random
-import re
 import shutil
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,41 +44,42 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors import safe_open
-from safetensors.torch import load_file
-from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from tqdm import tqdm
 
-from gpt1.errors import Gpt1Error
-from gpt1.files import (
-    file_record,
-    read_json,
-    staged_outputs,
-    verify_file,
-    without_timings,
-    write_json,
-    write_sealed_json,
+from gpt1.checkpoints import (
+    MODEL_FILE,
+    MODEL_JSON,
+    MODEL_KINDS,
+    SNAPSHOT_DIR,
+    SNAPSHOT_INDEX,
+    build_model,
+    model_config,
+    save_weights,
+    snapshot_name,
+    weights_metadata,
 )
+from gpt1.errors import Gpt1Error
+from gpt1.files import file_record, staged_outputs, without_timings, write_json, write_sealed_json
 from gpt1.ids import TokenIds, load_ids
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.resume import RESUME_DIR, Progress, atomic_write, load_checkpoint, run_settings, save_checkpoint
+from gpt1.runtime import (
+    Runtime,
+    attention_kernels,
+    autocast,
+    configure_device,
+    init_runtime,
+    resolve_compile,
+    resolve_precision,
+    shutdown_runtime,
+)
 from gpt1.tokenizer import GPT1Tokenizer
 
-MODEL_KINDS = ("gpt", "lstm")
-MODEL_FILE = "model.safetensors"
-MODEL_JSON = "model.json"
 METRICS_FILE = "metrics.json"
 CURVES_FILE = "curves.csv"
-SNAPSHOT_DIR = "snapshots"
-SNAPSHOT_INDEX = "index.json"
-RESUME_DIR = "resume"
-LATEST = "latest.json"  # the pointer to the current checkpoint; written last, so a half-written checkpoint is ignored
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
-# Settings a resumed run may change: they do not change what is computed (checkpoint_every, compile) or only its
-# float summation order and dropout masks (micro_batch_size, a memory knob).
-RESUME_FREE_KEYS = frozenset({"checkpoint_every", "compile", "micro_batch_size"})
 VALIDATION_SEED_OFFSET = 1_000_003  # validation windows come from their own stream, not the training one
-CHECKPOINT_FORMAT = 1
 
 
 class PretrainError(Gpt1Error):
@@ -166,42 +164,6 @@ def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_siz
 
 # ----------------------------------------------------------------------------------------------------------------
 # Model, optimizer, schedule
-
-
-def model_config(kind: str, model: dict[str, Any], vocab_size: int) -> GPTConfig | LSTMConfig:
-    """The model's config from params.yaml's `model` section; the vocabulary is the tokenizer's base vocabulary
-    (fine-tuning adds its special tokens later with resize_token_embeddings)."""
-    if kind not in MODEL_KINDS:
-        raise PretrainError(f"--model {kind!r}: valid kinds are {', '.join(MODEL_KINDS)}")
-    p = model["dropout"]
-    try:
-        if kind == "gpt":
-            return GPTConfig(vocab_size=vocab_size, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
-                             n_layer=model["n_layer"], n_head=model["n_head"],
-                             embd_pdrop=p, attn_pdrop=p, resid_pdrop=p)
-        return LSTMConfig(vocab_size=vocab_size, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
-                          hidden_size=model["lstm_hidden"], dropout=p)
-    except ValueError as err:  # the config's own checks name the field
-        raise PretrainError(f"model: {err}") from err
-
-
-def build_model(kind: str, config: GPTConfig | LSTMConfig) -> nn.Module:
-    return GPT(config) if kind == "gpt" else LSTMLM(config)
-
-
-def config_from_dict(kind: str, values: dict[str, Any], where: str) -> GPTConfig | LSTMConfig:
-    """A model config from model.json / safetensors metadata; unknown or invalid fields are named."""
-    cls = GPTConfig if kind == "gpt" else LSTMConfig if kind == "lstm" else None
-    if cls is None:
-        raise PretrainError(f"{where}: kind {kind!r} is not one of {', '.join(MODEL_KINDS)}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise PretrainError(f"{where}: unknown {cls.__name__} field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
-    try:
-        return cls(**values)
-    except ValueError as err:
-        raise PretrainError(f"{where}: {err}") from err
 
 
 def make_optimizer(model: nn.Module, pretrain: dict[str, Any], fused: bool) -> torch.optim.AdamW:
@@ -294,329 +256,6 @@ def micro_seed(seed: int, step: int, index: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Runtime: device, data parallelism, precision
-
-
-@dataclass(frozen=True)
-class Runtime:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-    distributed: bool
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def init_runtime() -> Runtime:
-    """One process, or one of WORLD_SIZE started by torchrun (RANK / WORLD_SIZE / LOCAL_RANK): NCCL on CUDA,
-    gloo on CPU."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(ddp_backend(device), device_id=device if device.type == "cuda" else None)
-    return Runtime(rank, world, local, device, world > 1)
-
-
-def ddp_backend(device: torch.device) -> str:
-    """The process-group backend: NCCL between GPUs, gloo between CPU processes."""
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
-def shutdown_runtime(rt: Runtime) -> None:
-    if rt.distributed and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def resolve_precision(setting: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for plain fp32. auto: bf16 on CUDA, fp32 on CPU (see bench/train_step.py)."""
-    if setting == "bf16" or (setting == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
-
-
-def resolve_compile(setting: bool | str, device: torch.device) -> bool:
-    return device.type == "cuda" if setting == "auto" else bool(setting)
-
-
-def configure_device(device: torch.device) -> None:
-    """TF32 for the fp32 matmuls left under autocast (CUDA only; CPU stays exact fp32)."""
-    if device.type == "cuda":
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.allow_tf32 = True
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
-
-
-def attention_backends(device: torch.device) -> list[torch.nn.attention.SDPBackend]:
-    """The scaled_dot_product_attention kernels to try, in order: on CUDA flash first, then cuDNN, memory-efficient
-    and the math fallback; empty on other devices (PyTorch's own choice)."""
-    if device.type != "cuda":
-        return []
-    from torch.nn.attention import SDPBackend
-
-    return [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-
-
-def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
-    """On CUDA prefer the flash kernel of scaled_dot_product_attention, falling back to the others."""
-    order = attention_backends(device)
-    if not order:
-        return contextlib.nullcontext()
-    from torch.nn.attention import sdpa_kernel
-
-    return sdpa_kernel(order, set_priority=True)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Weight files (safetensors)
-
-
-def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """state_dict without the copies of tied tensors (GPT's lm_head.weight is tokens_embed.weight): safetensors
-    refuses shared storage, and loading re-ties them."""
-    seen: set[tuple] = set()
-    out = {}
-    for key, tensor in model.state_dict().items():
-        place = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if place in seen:
-            continue
-        seen.add(place)
-        out[key] = tensor.detach().contiguous().cpu()
-    return out
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """write(temp) then rename: a reader sees the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(temp)
-        _fsync(temp)
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-
-
-def weights_metadata(kind: str, config: GPTConfig | LSTMConfig, tokenizer_sha256: str, step: int, tokens: int):
-    """Stored in every weights file, so a snapshot alone says what it is."""
-    return {"kind": kind, "config": json.dumps(dataclasses.asdict(config)), "tokenizer_sha256": tokenizer_sha256,
-            "step": str(step), "tokens": str(tokens)}
-
-
-def canonical_safetensors(data: bytes) -> bytes:
-    """The same file with its JSON header written in sorted key order. safetensors serialises the metadata from a
-    hash map, so equal tensors gave different bytes (and DVC hashes) in every process; offsets are unchanged."""
-    size = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8 : 8 + size])
-    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the format pads the header with spaces to 8-byte alignment
-    return len(text).to_bytes(8, "little") + text + data[8 + size :]
-
-
-def save_weights(model: nn.Module, path: Path, metadata: dict[str, str] | None = None) -> None:
-    Path(path).write_bytes(canonical_safetensors(safetensors_bytes(unique_state(model), metadata=metadata)))
-
-
-def read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    try:
-        tensors = load_file(str(path))
-        with safe_open(str(path), "pt") as handle:
-            metadata = handle.metadata() or {}
-    except Exception as err:  # SafetensorError, OSError: a truncated or foreign file
-        raise PretrainError(f"{path}: not a readable safetensors file ({err}); it is truncated or corrupt") from err
-    return tensors, metadata
-
-
-def load_weights(model: nn.Module, tensors: dict[str, torch.Tensor], where: str) -> None:
-    """Copy `tensors` into `model`, naming every missing, unexpected or mis-shaped tensor first."""
-    expected = unique_state(model)
-    problems = [f"{k} is missing (expected shape {tuple(v.shape)})" for k, v in expected.items() if k not in tensors]
-    problems += [f"unexpected tensor {k}" for k in tensors if k not in expected]
-    problems += [
-        f"{k} has shape {tuple(v.shape)}, the config gives {tuple(expected[k].shape)}"
-        for k, v in tensors.items() if k in expected and v.shape != expected[k].shape
-    ]
-    if problems:
-        raise PretrainError(f"{where}: weights do not match the model config: " + "; ".join(problems[:5]))
-    # Tied copies were left out when saving; strict=False lets them be, and they stay tied to their source.
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in tensors.items()}, strict=False)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-@dataclass
-class Progress:
-    """What a resumed run must know about the updates already done."""
-
-    step: int = 0  # updates completed
-    wall_seconds: float = 0.0  # training wall time so far, all invocations together
-    curves: list[dict[str, float]] = field(default_factory=list)
-    snapshots: list[dict[str, float]] = field(default_factory=list)
-    interval_loss: float = 0.0  # sum of train losses since the last evaluation
-    interval_updates: int = 0
-
-
-def run_settings(kind: str, config: GPTConfig | LSTMConfig, pretrain: dict[str, Any], tokenizer_sha256: str,
-                 headers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Everything that decides the trajectory of a run; a checkpoint only resumes a run with equal settings."""
-    settings = {
-        "kind": kind,
-        "model": dataclasses.asdict(config),
-        "pretrain": {k: v for k, v in pretrain.items() if k not in RESUME_FREE_KEYS},
-        "tokenizer_sha256": tokenizer_sha256,
-        "ids": headers,
-    }
-    return json.loads(json.dumps(settings))  # tuples -> lists, as they come back from JSON
-
-
-def fingerprint(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, inner in value.items():
-            out.update(_flat(inner, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): value}
-
-
-def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first differing dotted key, with the checkpoint's and this run's value."""
-    a, b = _flat(old), _flat(new)
-    for key in sorted(a.keys() | b.keys()):
-        if a.get(key, "<absent>") != b.get(key, "<absent>"):
-            return key, a.get(key, "<absent>"), b.get(key, "<absent>")
-    return None
-
-
-def _rng_states() -> dict[str, Any]:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
-                  "has_gauss": has_gauss, "cached": cached},
-        "python": random.getstate(),
-    }
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    if torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(states["cuda"])
-    n = states["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-
-
-def _file_record(path: Path) -> dict[str, Any]:
-    return {"name": path.name, **file_record(path)}
-
-
-def save_checkpoint(resume: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler: torch.optim.lr_scheduler.LRScheduler, sampler: WindowSampler, progress: Progress,
-                    settings: dict[str, Any], metadata: dict[str, str]) -> None:
-    """Weights + state files named by step, then the pointer; older checkpoints are removed only after that."""
-    weights, state_file = resume / f"weights-{step:09d}.safetensors", resume / f"state-{step:09d}.pt"
-    atomic_write(weights, lambda p: save_weights(model, p, metadata))
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "step": step,
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "sampler": sampler.state_dict(),
-        "rng": _rng_states(),
-        "progress": dataclasses.asdict(progress),
-    }
-    atomic_write(state_file, lambda p: torch.save(state, p))
-    pointer = {"format": CHECKPOINT_FORMAT, "step": step, "fingerprint": fingerprint(settings), "settings": settings,
-               "weights": _file_record(weights), "state": _file_record(state_file)}
-    atomic_write(resume / LATEST, lambda p: write_json(p, pointer))
-    for old in resume.glob("*-*.*"):
-        if old.name not in (weights.name, state_file.name) and re.fullmatch(r"(weights|state)-\d+\..+", old.name):
-            old.unlink(missing_ok=True)
-
-
-def _verified(resume: Path, record: Any, what: str) -> Path:
-    """The checkpoint file `record` names, after checking its size and sha256 against the pointer."""
-    if not isinstance(record, dict) or not {"name", "bytes", "sha256"} <= record.keys():
-        raise PretrainError(f"{resume / LATEST}: no valid {what} entry; the checkpoint is corrupt, delete {resume}")
-    path = resume / record["name"]
-    verify_file(path, record, "pretrain", resume / LATEST, f"delete {resume} to start over", PretrainError)
-    return path
-
-
-def read_pointer(resume: Path) -> dict[str, Any] | None:
-    """The checkpoint pointer, or None when there is no checkpoint yet."""
-    path = resume / LATEST
-    if not path.is_file():
-        return None
-    try:
-        pointer = read_json(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PretrainError(f"{path}: not valid JSON ({err}); the checkpoint is corrupt, delete {resume}") from err
-    if not isinstance(pointer, dict) or pointer.get("format") != CHECKPOINT_FORMAT or "settings" not in pointer:
-        raise PretrainError(f"{path}: not a checkpoint pointer of format {CHECKPOINT_FORMAT}; delete {resume}")
-    return pointer
-
-
-def load_checkpoint(resume: Path, settings: dict[str, Any], total_steps: int, model: nn.Module,
-                    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
-                    sampler: WindowSampler) -> Progress | None:
-    """Restore everything from the checkpoint in `resume`, or return None when there is none. Refuses (before any
-    training) a checkpoint of other settings, naming the key and both values, and a truncated or corrupt one."""
-    pointer = read_pointer(resume)
-    if pointer is None:
-        return None
-    diff = settings_diff(pointer["settings"], settings)
-    if diff is not None:
-        key, old, new = diff
-        raise PretrainError(f"{resume}: the checkpoint was made with {key}={old!r}, this run has {key}={new!r}; "
-                            f"restore the setting to resume, or delete {resume} to start over")
-    weights = _verified(resume, pointer.get("weights"), "weights")
-    state_file = _verified(resume, pointer.get("state"), "state")
-    tensors, _ = read_weights(weights)
-    load_weights(model, tensors, str(weights))
-    try:
-        state = torch.load(state_file, map_location="cpu", weights_only=True)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        sampler.load_state_dict(state["sampler"])
-        _set_rng_states(state["rng"])
-        progress = Progress(**state["progress"])
-    except (RuntimeError, KeyError, ValueError, TypeError, EOFError) as err:
-        raise PretrainError(f"{state_file}: cannot restore the training state ({err}); delete {resume}") from err
-    except pickle.UnpicklingError as err:  # weights_only refused a global: not a file a gpt1 run wrote
-        said = next((line for line in str(err).splitlines() if "global" in line.lower()), type(err).__name__)
-        raise PretrainError(f"{state_file}: refused to unpickle it, it holds more than tensors and plain data "
-                            f"({said[:150]}); delete {resume}") from err
-    if not 0 < progress.step < total_steps or progress.step != pointer["step"]:
-        raise PretrainError(f"{state_file}: step {progress.step} does not fit a run of {total_steps} updates; "
-                            f"delete {resume}")
-    return progress
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Evaluation, logging
 
 
@@ -685,10 +324,6 @@ class MetricSink:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Outputs
-
-
-def snapshot_name(index: int) -> str:
-    return f"{index:02d}.safetensors"
 
 
 def declared_outputs(out_dir: str | Path, snapshots: int) -> list[Path]:
@@ -993,96 +628,12 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
         shutdown_runtime(rt)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Loading a pre-trained model
-
-
-def _model_from_weights(path: Path, meta: dict[str, Any] | None,
-                        record: tuple[dict[str, Any], Path] | None) -> tuple[nn.Module, dict[str, Any]]:
-    """A model from a weights file, verified against `record` (its size and sha256, and the file that holds them);
-    its config from the file's own metadata, else from `meta` (model.json)."""
-    if record is not None:
-        verify_file(path, record[0], "pretrain", record[1])
-    tensors, file_meta = read_weights(path)
-    if "config" in file_meta and "kind" in file_meta:
-        kind, values = file_meta["kind"], json.loads(file_meta["config"])
-        info = {"kind": kind, "config": values, "tokenizer_sha256": file_meta.get("tokenizer_sha256"),
-                "step": int(file_meta.get("step", 0)), "tokens": int(file_meta.get("tokens", 0))}
-        if meta is not None and (meta.get("kind"), meta.get("config")) != (kind, values):
-            diff = settings_diff({"kind": meta.get("kind"), "config": meta.get("config")},
-                                 {"kind": kind, "config": values})
-            key, a, b = diff or ("config", "?", "?")
-            raise PretrainError(f"{path}: made with {key}={b!r}, but {MODEL_JSON} beside it says {key}={a!r}")
-    elif meta is not None:
-        info = dict(meta)
-    else:
-        raise PretrainError(f"{path}: no gpt1 metadata and no {MODEL_JSON} beside it; cannot tell its config")
-    model = build_model(info["kind"], config_from_dict(info["kind"], info["config"], str(path)))
-    load_weights(model, tensors, str(path))
-    return model.eval(), {**info, "source": str(path)}
-
-
-def _weights_record(path: Path) -> tuple[dict[str, Any] | None, Path] | None:
-    """Where a finished run recorded this weights file: model.json beside the model, or the snapshot index. None for
-    a lone file (its own metadata is all there is)."""
-    if path.name == MODEL_FILE and (path.parent / MODEL_JSON).is_file():
-        return read_json(path.parent / MODEL_JSON).get("weights"), path.parent / MODEL_JSON
-    index = path.parent / SNAPSHOT_INDEX
-    if path.parent.name == SNAPSHOT_DIR and index.is_file():
-        entries = {snapshot_name(e["index"]): e for e in read_json(index)}
-        return entries.get(path.name), index
-    return None
-
-
-def _sibling_meta(*candidates: Path) -> dict[str, Any] | None:
-    for path in candidates:
-        if path.is_file():
-            return read_json(path)
-    return None
-
-
-def load_pretrained(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
-    """(model in eval mode, meta) from: a pretrain out_dir (model.safetensors + model.json), one weights file
-    (a snapshot such as OUT/snapshots/03.safetensors), a Hugging Face directory (config.json), or a hub id.
-    meta holds kind, config, tokenizer_sha256, step, tokens and source (None where unknown, e.g. for HF)."""
-    path = Path(source)
-    if path.is_dir() and (path / MODEL_JSON).is_file():
-        meta = read_json(path / MODEL_JSON)
-        return _model_from_weights(path / MODEL_FILE, meta, (meta.get("weights"), path / MODEL_JSON))
-    if path.is_file() and path.suffix == ".safetensors":
-        meta = _sibling_meta(path.parent / MODEL_JSON, path.parent.parent / MODEL_JSON)
-        return _model_from_weights(path, meta, _weights_record(path))
-    if path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
-        raise PretrainError(f"{path}: not a pretrain folder ({MODEL_JSON}), a .safetensors file or a Hugging Face "
-                            f"folder (config.json)")
-    from gpt1.hf import load_hf  # transformers is slow to import; only this branch needs it
-
-    try:
-        model = load_hf(path if path.exists() else str(source))
-    except (OSError, ValueError) as err:
-        raise PretrainError(f"{source}: cannot load as a Hugging Face OpenAIGPT model ({err})") from err
-    meta = {"kind": "gpt", "config": dataclasses.asdict(model.config), "tokenizer_sha256": None, "step": None,
-            "tokens": None, "source": str(source)}
-    return model, meta
-
-
-def iter_snapshots(out_dir: str | Path) -> Iterator[tuple[dict[str, Any], Path]]:
-    """(index entry, weights file) of each snapshot of a finished run, in order."""
-    out = Path(out_dir)
-    for entry in read_json(out / SNAPSHOT_DIR / SNAPSHOT_INDEX):
-        yield entry, out / SNAPSHOT_DIR / snapshot_name(entry["index"])
-
-
 __all__ = [
-    "MODEL_KINDS",
     "Plan",
     "PretrainError",
-    "Progress",
     "WindowSampler",
     "declared_outputs",
     "flops_per_token",
-    "iter_snapshots",
-    "load_pretrained",
     "lr_factor",
     "make_plan",
     "pretrain_stage",

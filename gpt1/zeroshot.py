@@ -34,10 +34,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX, iter_snapshots, load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_json, require_files, staged_outputs, write_sealed_json
 from gpt1.metrics import accuracy, matthews
 from gpt1.model import GPT, LSTMLM
+from gpt1.runtime import default_device
 from gpt1.tasks import Example, LoadedSplit, evaluation_split, get_task, load_examples, mirror_splits
 from gpt1.tokenizer import GPT1Tokenizer
 
@@ -441,8 +443,6 @@ def prepare_task(cfg: Any, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -> T
 
 def check_inputs(model_dir: Path, tokenizer: GPT1Tokenizer) -> dict[str, Any]:
     """Fail before any work: the pretrain outputs must be there and made with this tokenizer. Returns model.json."""
-    from gpt1.pretrain import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX
-
     require_files("pretrain", model_dir / SNAPSHOT_DIR / SNAPSHOT_INDEX, model_dir / MODEL_JSON,
                   model_dir / MODEL_FILE)
     meta = read_json(model_dir / MODEL_JSON)
@@ -480,8 +480,6 @@ def check_references(references: dict[str, Any]) -> dict[str, Any]:
 
 def list_points(model_dir: Path, meta: dict[str, Any]) -> list[Point]:
     """Every kept snapshot in order, then the final model if it is not the last snapshot already."""
-    from gpt1.pretrain import MODEL_FILE, iter_snapshots
-
     points = [Point(e["index"], int(e["step"]), int(e["tokens"]), e.get("val_loss"), path)
               for e, path in iter_snapshots(model_dir)]
     require_files("pretrain", *(p.weights for p in points))
@@ -490,14 +488,7 @@ def list_points(model_dir: Path, meta: dict[str, Any]) -> list[Point]:
     return points
 
 
-def scoring_device() -> torch.device:
-    """CUDA when there is one, else the CPU: the snapshots are scored where fine-tuning would run."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def load_point(point: Point, tokenizer_sha256: str, device: torch.device) -> nn.Module:
-    from gpt1.pretrain import load_pretrained
-
     model, meta = load_pretrained(point.weights)
     if meta.get("tokenizer_sha256") not in (None, tokenizer_sha256):
         raise ZeroshotError(f"{point.weights}: made with tokenizer {meta['tokenizer_sha256']}, not {tokenizer_sha256}")
@@ -553,7 +544,7 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     references = check_references(cfg.root["zeroshot_reference"])
     n_ctx = int(meta["config"]["n_ctx"])
     tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
-    device = scoring_device()
+    device = default_device()  # the snapshots are scored where fine-tuning would run
     kind = meta["kind"]
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}

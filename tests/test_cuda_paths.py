@@ -7,16 +7,16 @@ restore), and check it is what a GPU run needs.
 
 | branch | where | tests (words of their names) |
 | --- | --- | --- |
-| device cuda:LOCAL_RANK, set_device, DDP backend nccl or gloo | pretrain.init_runtime, ddp_backend | init_runtime |
+| device cuda:LOCAL_RANK, set_device, DDP backend nccl or gloo | runtime.init_runtime, ddp_backend | init_runtime |
 | DDP device_ids | pretrain._wrap | ddp_wraps |
-| torch.compile | pretrain.resolve_compile, _wrap | compile, compiled_model |
-| autocast dtype | pretrain.resolve_precision, autocast | precision, autocast |
-| TF32 | pretrain.configure_device | configure_device |
-| flash attention first | pretrain.attention_backends, attention_kernels | attention |
+| torch.compile | runtime.resolve_compile, pretrain._wrap | compile, compiled_model |
+| autocast dtype | runtime.resolve_precision, autocast | precision, autocast |
+| TF32 | runtime.configure_device | configure_device |
+| flash attention first | runtime.attention_backends, attention_kernels | attention |
 | fused AdamW, and all of the above wired together | pretrain.prepare | prepare_on_cuda |
 | pinned memory, non_blocking copy | pretrain.read_windows | read_windows |
-| CUDA RNG state in checkpoints | pretrain._rng_states, _set_rng_states | checkpoint_rng |
-| the fine-tuning and zero-shot device | finetune.device, zeroshot.scoring_device | stages_score_on_cuda |
+| CUDA RNG state in checkpoints | resume.rng_states, set_rng_states | checkpoint_rng |
+| the fine-tuning and zero-shot device | runtime.default_device | stages_score_on_cuda |
 | the GPU benchmark: variants, fused AdamW, sync, peak memory, MFU | bench/train_step.py | bench |
 """
 
@@ -37,8 +37,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1 import finetune, pretrain, zeroshot
-from gpt1.pretrain import Runtime
+from gpt1 import pretrain, resume, runtime
+from gpt1.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda", 0)
@@ -70,72 +70,72 @@ def pretend_cuda(monkeypatch: pytest.MonkeyPatch, **calls: Callable[..., Any]) -
     ("fp32", CUDA, None), ("fp32", CPU, None),
 ])  # fmt: skip
 def test_precision_auto_is_bf16_on_cuda_and_fp32_on_cpu(setting: str, device: torch.device, dtype) -> None:
-    assert pretrain.resolve_precision(setting, device) == dtype
+    assert runtime.resolve_precision(setting, device) == dtype
 
 
 def test_autocast_on_cuda_is_a_bf16_cuda_autocast() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a CPU-only torch warns that it disables CUDA autocast
-        context = pretrain.autocast(CUDA, BF16)
+        context = runtime.autocast(CUDA, BF16)
     assert isinstance(context, torch.autocast)
     assert (context.device, context.fast_dtype) == ("cuda", BF16)
-    assert isinstance(pretrain.autocast(CUDA, None), contextlib.nullcontext)
+    assert isinstance(runtime.autocast(CUDA, None), contextlib.nullcontext)
 
 
 @pytest.mark.parametrize(("setting", "device", "compiled"), [
     ("auto", CUDA, True), ("auto", CPU, False), (True, CPU, True), (False, CUDA, False),
 ])  # fmt: skip
 def test_compile_auto_is_on_for_cuda_only(setting: bool | str, device: torch.device, compiled: bool) -> None:
-    assert pretrain.resolve_compile(setting, device) is compiled
+    assert runtime.resolve_compile(setting, device) is compiled
 
 
 def test_configure_device_turns_tf32_on_for_cuda_only(float32_settings: None) -> None:
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
-    pretrain.configure_device(CPU)
+    runtime.configure_device(CPU)
     assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("highest", False)
-    pretrain.configure_device(CUDA)
+    runtime.configure_device(CUDA)
     assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("high", True)
 
 
 def test_attention_prefers_flash_then_cudnn_then_efficient_then_math_on_cuda() -> None:
     from torch.nn.attention import SDPBackend
 
-    assert pretrain.attention_backends(CUDA) == [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+    assert runtime.attention_backends(CUDA) == [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
                                                  SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    assert pretrain.attention_backends(CPU) == []
-    assert isinstance(pretrain.attention_kernels(CPU), contextlib.nullcontext)
+    assert runtime.attention_backends(CPU) == []
+    assert isinstance(runtime.attention_kernels(CPU), contextlib.nullcontext)
 
 
 def test_attention_kernels_on_cuda_set_that_priority_while_inside() -> None:
     get_order = getattr(torch._C, "_get_sdp_priority_order", None)
     if get_order is None:
         pytest.skip("this torch cannot report the SDPA priority order")
-    wanted = [int(b) for b in pretrain.attention_backends(CUDA)]
+    wanted = [int(b) for b in runtime.attention_backends(CUDA)]
     before = get_order()
-    with pretrain.attention_kernels(CUDA):
+    with runtime.attention_kernels(CUDA):
         assert get_order()[: len(wanted)] == wanted
     assert get_order() == before
 
 
 def test_ddp_backend_is_nccl_on_gpus_and_gloo_on_cpus() -> None:
-    assert pretrain.ddp_backend(torch.device("cuda", 3)) == "nccl"
-    assert pretrain.ddp_backend(CPU) == "gloo"
+    assert runtime.ddp_backend(torch.device("cuda", 3)) == "nccl"
+    assert runtime.ddp_backend(CPU) == "gloo"
 
 
 def torchrun_env(monkeypatch: pytest.MonkeyPatch, calls: dict[str, Any]) -> None:
     """Rank 1 of 2 on its node's second GPU slot, with a process group that records what it was asked for."""
     for key, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(pretrain.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(pretrain.dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
+    monkeypatch.setattr(runtime.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(runtime.dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
 
 
 def test_init_runtime_on_cuda_takes_the_local_gpu_and_asks_for_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: dict[str, Any] = {}
     torchrun_env(monkeypatch, calls)
     pretend_cuda(monkeypatch, set_device=lambda device: calls.update(set_device=device))
-    rt = pretrain.init_runtime()
+    rt = runtime.init_runtime()
     assert rt == Runtime(rank=1, world_size=2, local_rank=1, device=torch.device("cuda", 1), distributed=True)
     assert calls == {"set_device": torch.device("cuda", 1), "backend": "nccl", "device_id": torch.device("cuda", 1)}
 
@@ -144,7 +144,7 @@ def test_init_runtime_without_cuda_asks_for_gloo_on_the_cpu(monkeypatch: pytest.
     calls: dict[str, Any] = {}
     torchrun_env(monkeypatch, calls)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    rt = pretrain.init_runtime()
+    rt = runtime.init_runtime()
     assert (rt.device, rt.distributed) == (CPU, True)
     assert calls == {"backend": "gloo", "device_id": None}
 
@@ -171,7 +171,7 @@ def test_ddp_wraps_the_local_gpu_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -
 def test_compiled_model_is_what_trains_and_evaluates(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled: list[nn.Module] = []
     monkeypatch.setattr(torch, "compile", lambda module: compiled.append(module) or nn.Sequential(module))
-    job = SimpleNamespace(raw=nn.Linear(2, 2), compiled=pretrain.resolve_compile("auto", CUDA),
+    job = SimpleNamespace(raw=nn.Linear(2, 2), compiled=runtime.resolve_compile("auto", CUDA),
                           rt=Runtime(0, 1, 0, CUDA, False))
     model, evaluator = pretrain._wrap(job)
     assert compiled == [job.raw] and model is evaluator and model[0] is job.raw
@@ -237,25 +237,25 @@ def test_checkpoint_rng_keeps_the_cuda_generators_and_restores_them_on_the_same_
     restored: list[list[torch.Tensor]] = []
     pretend_cuda(monkeypatch, get_rng_state_all=lambda: gpu_states, set_rng_state_all=restored.append,
                  device_count=lambda: 2)
-    torch.save({"rng": pretrain._rng_states()}, tmp_path / "state.pt")
+    torch.save({"rng": resume.rng_states()}, tmp_path / "state.pt")
     states = torch.load(tmp_path / "state.pt", map_location="cpu", weights_only=True)["rng"]  # as load_checkpoint
-    pretrain._set_rng_states(states)
+    resume.set_rng_states(states)
     assert len(restored) == 1 and all(torch.equal(a, b) for a, b in zip(restored[0], gpu_states, strict=True))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # resumed on another number of GPUs
-    pretrain._set_rng_states(states)
+    resume.set_rng_states(states)
     assert len(restored) == 1  # the CUDA generators keep the seed each micro-batch sets anyway
 
 
 def test_checkpoint_rng_without_cuda_stores_no_cuda_state(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert pretrain._rng_states()["cuda"] == []
+    assert resume.rng_states()["cuda"] == []
 
 
 def test_stages_score_on_cuda_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert finetune.device() == CPU and zeroshot.scoring_device() == CPU
+    assert runtime.default_device() == CPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert finetune.device().type == "cuda" and zeroshot.scoring_device().type == "cuda"
+    assert runtime.default_device().type == "cuda"
 
 
 # ------------------------------------------------------------------------------------------- bench/train_step.py

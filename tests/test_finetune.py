@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gpt1.checkpoints import save_weights, weights_metadata
 from gpt1.config import load_config
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, without_timings, write_json
@@ -34,7 +35,6 @@ from gpt1.finetune import (
     transfer_init,
 )
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.pretrain import save_weights, weights_metadata
 from gpt1.tasks import Cut, Example, cut_positions, get_task, transform_batch
 from gpt1.tokenizer import GPT1Tokenizer
 

@@ -15,9 +15,10 @@ import pytest
 from conftest import TinyData, tiny_config
 from mlflow.tracking import MlflowClient
 
+from gpt1.checkpoints import load_pretrained
 from gpt1.finetune import finetune_stage
 from gpt1.mlflow_models import text_log_prob
-from gpt1.pretrain import load_pretrained, pretrain_stage
+from gpt1.pretrain import pretrain_stage
 from gpt1.tasks import get_task, load_examples
 from gpt1.tokenizer import GPT1Tokenizer
 

@@ -20,18 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, TINY, TinyData, gpt1_command, tiny_config
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from gpt1.checkpoints import load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, sha256_file
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pretrain import (
-    LATEST,
-    RESUME_DIR,
     WindowSampler,
     declared_outputs,
     flops_per_token,
-    load_pretrained,
     lr_factor,
     make_optimizer,
     make_plan,
@@ -39,6 +37,7 @@ from gpt1.pretrain import (
     pretrain_stage,
     snapshot_steps,
 )
+from gpt1.resume import LATEST, RESUME_DIR
 
 PRETRAIN = tiny_config().section("pretrain")
 
@@ -182,26 +181,6 @@ def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> 
     assert [s["step"] for s in index] == snapshot_steps(12, 3) == [1, 3, 12]
     assert index[-1]["val_loss"] == pytest.approx(metrics["val_loss"])
     assert_bit_equal(weights(trained_gpt / "snapshots" / "02.safetensors"), weights(trained_gpt / "model.safetensors"))
-
-
-def test_load_pretrained_from_folder_and_snapshot(trained_gpt: Path, tmp_path: Path) -> None:
-    model, meta = load_pretrained(trained_gpt)
-    assert isinstance(model, GPT) and meta["step"] == 12 and not model.training
-    first, snap_meta = load_pretrained(trained_gpt / "snapshots" / "00.safetensors")
-    assert snap_meta["step"] == 1 and snap_meta["tokens"] == 64
-    saved = weights(trained_gpt / "snapshots" / "00.safetensors")
-    assert torch.equal(first.h[0].attn.c_attn.weight, saved["h.0.attn.c_attn.weight"])
-    assert first.lm_head.weight is first.tokens_embed.weight  # re-tied after loading
-    # A file without our metadata, whose shapes disagree with the model.json beside it: the tensor is named.
-    bad = tmp_path / "run"
-    (bad / "snapshots").mkdir(parents=True)
-    shutil.copy(trained_gpt / "model.json", bad / "model.json")
-    tensors = dict(saved, **{"h.0.mlp.c_fc.weight": torch.zeros(3, 16)})
-    save_file(tensors, str(bad / "snapshots" / "00.safetensors"))
-    with pytest.raises(Gpt1Error, match=r"h\.0\.mlp\.c_fc\.weight has shape \(3, 16\), the config gives \(64, 16\)"):
-        load_pretrained(bad / "snapshots" / "00.safetensors")
-    with pytest.raises(Gpt1Error, match="not a pretrain folder"):
-        load_pretrained(tmp_path)
 
 
 def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, mlflow_env: str) -> None:
@@ -371,27 +350,6 @@ def test_full_disk_while_writing_outputs_keeps_the_finished_run(
         pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, finished_copy)
     after = _digests(finished_copy)
     assert {k: v for k, v in after.items() if not k.startswith(RESUME_DIR)} == before
-
-
-def test_weights_with_a_flipped_bit_are_refused(finished_copy: Path) -> None:
-    for weights_file in (finished_copy / "model.safetensors", finished_copy / "snapshots" / "01.safetensors"):
-        data = bytearray(weights_file.read_bytes())
-        data[-5] ^= 0x10  # inside the last tensor: still a readable safetensors file
-        weights_file.write_bytes(bytes(data))
-        with pytest.raises(Gpt1Error, match=r"sha256 differs from the one .* records.*gpt1 pretrain"):
-            load_pretrained(weights_file if "snapshots" in str(weights_file) else finished_copy)
-
-
-def test_weights_files_are_the_same_bytes_in_every_process(tmp_path: Path) -> None:
-    """safetensors writes its metadata from a hash map; save_weights writes a canonical header."""
-    code = ("import sys, torch; from gpt1.model import GPT, GPTConfig; from gpt1.pretrain import save_weights; "
-            "torch.manual_seed(0); save_weights(GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, "
-            "n_head=2)), sys.argv[1], {'kind': 'gpt', 'step': '3', 'tokens': '9', 'config': '{}', 'z': 'a'})")
-    files = [tmp_path / f"{i}.safetensors" for i in range(3)]
-    for path in files:
-        subprocess.run([sys.executable, "-c", code, str(path)], check=True)
-    assert len({p.read_bytes() for p in files}) == 1
-    assert load_file(str(files[0]))["tokens_embed.weight"].shape == (50, 16)
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(nan_stopped_run: Path) -> None:

@@ -296,8 +296,8 @@ def test_cola_threshold_comes_from_the_separate_split_and_mcc_from_the_reported_
 def write_pretrain_folder(out: Path, kind: str, cfg, tokenizer_dir: Path, steps: tuple[int, ...], final: int) -> None:
     """A pretrain out_dir as gpt1.pretrain writes it: snapshots/NN.safetensors + index.json, model.safetensors +
     model.json; every file a differently seeded tiny model."""
+    from gpt1.checkpoints import build_model, model_config, save_weights, weights_metadata
     from gpt1.files import file_record
-    from gpt1.pretrain import build_model, model_config, save_weights, weights_metadata
     from gpt1.tokenizer import GPT1Tokenizer
 
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)

@@ -1,0 +1,134 @@
+"""Where and how the tensors run: the device, data parallelism (DDP under torchrun), precision (autocast), compile,
+attention kernels and seeding. Every stage that trains or scores asks here, so a GPU run and a CPU run differ in
+these functions only.
+
+A library module: it knows no params.yaml key, no MLflow and no results path (settings come in as arguments).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def default_device(index: int | None = None) -> torch.device:
+    """CUDA when there is one (GPU `index` of this node, or the current one), else the CPU (bit-reproducible for
+    a given thread count)."""
+    return torch.device("cuda", index) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, NumPy's and torch's global generators, for code that draws from any of them."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data parallelism
+
+
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    distributed: bool
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_runtime() -> Runtime:
+    """One process, or one of WORLD_SIZE started by torchrun (RANK / WORLD_SIZE / LOCAL_RANK): NCCL on CUDA,
+    gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = default_device(local)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(ddp_backend(device), device_id=device if device.type == "cuda" else None)
+    return Runtime(rank, world, local, device, world > 1)
+
+
+def ddp_backend(device: torch.device) -> str:
+    """The process-group backend: NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def shutdown_runtime(rt: Runtime) -> None:
+    if rt.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Precision, compile, kernels
+
+
+def resolve_precision(setting: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain fp32. auto: bf16 on CUDA, fp32 on CPU (see bench/train_step.py)."""
+    if setting == "bf16" or (setting == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def resolve_compile(setting: bool | str, device: torch.device) -> bool:
+    return device.type == "cuda" if setting == "auto" else bool(setting)
+
+
+def configure_device(device: torch.device) -> None:
+    """TF32 for the fp32 matmuls left under autocast (CUDA only; CPU stays exact fp32)."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def attention_backends(device: torch.device) -> list[torch.nn.attention.SDPBackend]:
+    """The scaled_dot_product_attention kernels to try, in order: on CUDA flash first, then cuDNN, memory-efficient
+    and the math fallback; empty on other devices (PyTorch's own choice)."""
+    if device.type != "cuda":
+        return []
+    from torch.nn.attention import SDPBackend
+
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
+    """On CUDA prefer the flash kernel of scaled_dot_product_attention, falling back to the others."""
+    order = attention_backends(device)
+    if not order:
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(order, set_priority=True)
+
+
+__all__ = [
+    "Runtime",
+    "attention_backends",
+    "attention_kernels",
+    "autocast",
+    "configure_device",
+    "ddp_backend",
+    "default_device",
+    "init_runtime",
+    "resolve_compile",
+    "resolve_precision",
+    "seed_everything",
+    "shutdown_runtime",
+]
