@@ -30,7 +30,8 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     """A fine-tuning job trained on `size` examples of train[0%:80%], evaluated on train[80%:100%] instead of the
     task's reported split."""
     from gpt1.config import load_config
-    from gpt1.finetune import EvalPart, data_source, load_part, prepare_job
+    from gpt1.finetune import prepare_job
+    from gpt1.taskdata import EvalPart, data_source, load_part
     from gpt1.tasks import Cut, get_task
 
     spec = get_task(task)

@@ -97,7 +97,8 @@ class TaskModel(mlflow.pyfunc.PythonModel):
         self.n_ctx = int(meta["model"]["n_ctx"])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from gpt1.finetune import collate, decode
+        from gpt1.finetune import decode
+        from gpt1.heads import collate
         from gpt1.tasks import parse_row, transform
 
         records = pd.DataFrame(model_input).to_dict("records")
@@ -124,7 +125,7 @@ def task_model_meta(model: Any, task: str, variant: str, clf_dropout: float) -> 
 def build_task_model(meta: dict[str, Any]) -> tuple[Any, Any]:
     """(FinetuneModel with fresh weights, TaskSpec) from task_model_meta's record."""
     from gpt1.checkpoints import build_model, config_from_dict
-    from gpt1.finetune import FinetuneModel
+    from gpt1.heads import FinetuneModel
     from gpt1.tasks import get_task
 
     spec = get_task(meta["task"])
