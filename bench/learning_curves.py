@@ -30,7 +30,8 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     """A fine-tuning job trained on `size` examples of train[0%:80%], evaluated on train[80%:100%] instead of the
     task's reported split."""
     from gpt1.config import load_config
-    from gpt1.finetune import EvalPart, data_source, load_part, prepare_job
+    from gpt1.finetune import prepare_job
+    from gpt1.taskdata import EvalPart, data_source, load_part
     from gpt1.tasks import Cut, get_task
 
     spec = get_task(task)
@@ -41,7 +42,7 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     results = REPO / "results" / "default"
     job = prepare_job(cfg, task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
     rest = Cut("train", 1 - HOLDOUT_FRACTION, 1.0, 0)
-    part = load_part(spec, "train", "train", rest, holdout, data_source(cfg, spec), job.tokenizer,
+    part = load_part(spec, "train", "train", rest, holdout, data_source(cfg.data_mirror, False, spec), job.tokenizer,
                      job.model.lm.config.n_ctx)
     reports = [spec.reports[-1]]  # one report over every configuration (RACE: both), scored on the held-out part
     job.evals = [EvalPart(part.loaded, part.transformed, part.split, part.cut, reports)]

@@ -22,3 +22,11 @@ def causes(err: BaseException) -> Iterator[BaseException]:
 
 class ReportError(Gpt1Error):
     """A malformed input of the report: names the file and the key (or row and column), and what was expected."""
+
+
+class FinetuneError(Gpt1Error):
+    """Bad fine-tuning input: names the file, key or argument, and what would be valid."""
+
+
+class ScoringError(Gpt1Error):
+    """A scoring request that cannot be met (no room in the context, an unknown reduction)."""

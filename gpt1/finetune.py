@@ -1,4 +1,4 @@
-"""Fine-tuning (paper §3.2-3.3): task heads on the extract token, L3 = L2 + λ·L1, the loop, evaluation, outputs.
+"""Fine-tuning (paper §3.2-3.3): variants, the loop (L3 = L2 + λ·L1), evaluation, outputs, MLflow.
 
 One job = one task x one variant x one seed. The pieces, in the order a job runs them:
 
@@ -6,11 +6,12 @@ One job = one task x one variant x one seed. The pieces, in the order a job runs
   same architecture randomly initialised (`scratch`), our GPT without the auxiliary LM loss (`no_aux`), our LSTM
   (`lstm`), or the released GPT-1 (`released`). `transfer_layers=k` keeps the embeddings and the first k blocks
   and re-initialises the rest (Figure 2, left).
-* Model: the start/delimiter/extract tokens are appended to the embedding (N(0, 0.02)); a head reads the last
-  layer's state at the extract token. classification/entailment: dropout + Linear(C, labels); similarity: the two
-  orders' states summed, then dropout + Linear (2 classes, or 1 output with MSE for STS-B); multiple choice: one
-  score per (context, answer) sequence, softmax over the answers.
-* Objective: L3 = L2 + λ·L1, L1 the next-token loss over the real tokens of every task sequence (padding ignored).
+* Model (`gpt1.heads`): the start/delimiter/extract tokens are appended to the embedding (N(0, 0.02)); a head
+  reads the last layer's state at the extract token. classification/entailment: dropout + Linear(C, labels);
+  similarity: the two orders' states summed, then dropout + Linear (2 classes, or 1 output with MSE for STS-B);
+  multiple choice: one score per (context, answer) sequence, softmax over the answers.
+* Objective (`gpt1.heads`): L3 = L2 + λ·L1, L1 the next-token loss over the real tokens of every task sequence
+  (padding ignored).
 * Recipe (params.yaml `finetune`): AdamW with decoupled weight decay on matrices only, linear warm-up then linear
   decay to 0, no early stopping. Story Cloze alone selects its best epoch on a slice of its training cut (below).
 * Data (`gpt1.taskdata`): the task's train split or its declared cut; every report is scored on
@@ -36,15 +37,24 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
 from gpt1 import metrics as metric_lib
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, build_model, config_from_dict, load_pretrained
-from gpt1.errors import Gpt1Error
+from gpt1.errors import FinetuneError
 from gpt1.files import file_record, read_json, staged_outputs, without_timings, write_sealed_json
-from gpt1.model import GPT, LSTMLM
+from gpt1.heads import (
+    Batch,
+    Decoded,
+    FinetuneModel,
+    Transfer,
+    add_specials,
+    collate,
+    compute_losses,
+    decode,
+    transfer_init,
+)
 from gpt1.runtime import autocast, default_device, resolve_precision, seed_everything
 from gpt1.taskdata import (
     DATA_SEED,
@@ -67,9 +77,8 @@ from gpt1.tasks import (
     FINETUNE_TASKS,
     Cut,
     Example,
-    Report,
+    ReportSpec,
     TaskSpec,
-    Transformed,
     get_task,
     report_examples,
 )
@@ -82,16 +91,9 @@ OUTPUT_FILES = (METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE)
 CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
-INIT_STD = 0.02  # heads, new token rows and re-initialised blocks: the paper's N(0, 0.02)
-IGNORE = -100  # cross-entropy's ignore_index
-# Tasks that keep the best epoch on a validation slice of the training cut (the paper's protocol for Story Cloze).
 RELEASED_HUB_ID = "openai-community/openai-gpt"
 REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
 RELEASED_VOCAB_FILES = (("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt"))
-
-
-class FinetuneError(Gpt1Error):
-    """Bad fine-tuning input: names the file, key or argument, and what would be valid."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -218,199 +220,11 @@ def check_pair(model: nn.Module, meta: dict[str, Any], tokenizer: GPT1Tokenizer,
         raise FinetuneError(f"{where}: n_ctx={model.config.n_ctx} leaves no room for text beside the 3 specials")
 
 
-def add_specials(model: nn.Module, tokenizer: GPT1Tokenizer) -> None:
-    """Append rows for start/delimiter/extract, N(0, 0.02); the old rows (and GPT's LM-head tie) stay."""
-    model.resize_token_embeddings(tokenizer.vocab_size, std=INIT_STD)
-
-
-@dataclass(frozen=True)
-class Transfer:
-    kept: list[str]  # parameter names taken from the checkpoint
-    reinitialised: list[str]  # parameter names drawn afresh
-
-
-def transfer_init(model: GPT, k: int) -> Transfer:
-    """Keep the embeddings (and so the tied LM head) and blocks 0..k-1; re-initialise blocks k.. as a fresh GPT
-    would: Linear N(0, 0.02) and bias 0, LayerNorm gain 1 and bias 0 (paper Figure 2, left: k = 0 keeps only the
-    embeddings). Uses the global torch RNG: seed it first."""
-    if not isinstance(model, GPT):
-        raise FinetuneError("transfer_layers needs a GPT checkpoint (variants pretrained, no_aux, released)")
-    if not 0 <= k <= model.config.n_layer:
-        raise FinetuneError(f"transfer_layers={k}: valid values are 0..{model.config.n_layer} (the model's n_layer)")
-    reset = {f"h.{i}." for i in range(k, model.config.n_layer)}
-    with torch.no_grad():
-        for block in model.h[k:]:
-            for module in block.modules():
-                if isinstance(module, nn.Linear):
-                    nn.init.normal_(module.weight, 0.0, INIT_STD)
-                    if module.bias is not None:
-                        nn.init.zeros_(module.bias)
-                elif isinstance(module, nn.LayerNorm):
-                    nn.init.ones_(module.weight)
-                    nn.init.zeros_(module.bias)
-    names = [name for name, _ in model.named_parameters()]
-    fresh = [n for n in names if any(n.startswith(prefix) for prefix in reset)]
-    return Transfer([n for n in names if n not in fresh], fresh)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Heads and the objective
-
-
-def _state_width(lm: nn.Module) -> int:
-    """Width of the last hidden state: n_embd for GPT, the LSTM's hidden size for LSTMLM."""
-    return lm.config.hidden_size if isinstance(lm, LSTMLM) else lm.config.n_embd
-
-
-def is_regression(spec: TaskSpec) -> bool:
-    return spec.encoding == "float"
-
-
-class TaskHead(nn.Module):
-    """The task's output layer over the extract-token states [B, S, C] of each example's S sequences.
-
-    classification / entailment (S = 1): dropout + Linear(C, num_labels) -> [B, num_labels]
-    similarity (S = 2, both orders): sum over the orders (the paper: "added element-wise") then dropout + Linear
-        -> [B, 2] (MRPC, QQP) or [B, 1] (STS-B regression)
-    multiple choice (S = k answers): dropout + Linear(C, 1) per sequence -> [B, k] scores, softmaxed over answers
-    """
-
-    def __init__(self, kind: str, width: int, outputs: int, dropout: float) -> None:
-        super().__init__()
-        self.kind = kind
-        self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(width, outputs)
-        nn.init.normal_(self.linear.weight, 0.0, INIT_STD)
-        nn.init.zeros_(self.linear.bias)
-
-    def forward(self, states: torch.Tensor) -> torch.Tensor:
-        if self.kind == "multiple_choice":
-            return self.linear(self.dropout(states)).squeeze(-1)
-        pooled = states.sum(dim=1) if self.kind == "similarity" else states[:, 0]
-        return self.linear(self.dropout(pooled))
-
-
-def head_outputs(spec: TaskSpec) -> int:
-    if spec.kind == "multiple_choice":
-        return 1  # one score per answer sequence
-    return 1 if is_regression(spec) else spec.num_labels
-
-
-@dataclass
-class Batch:
-    tokens: torch.Tensor  # [B * S, T] right-padded
-    lengths: torch.Tensor  # [B * S] real tokens per sequence (the extract token is at lengths - 1)
-    labels: torch.Tensor  # [B] class / answer ids (long) or scores (float)
-    per_example: int  # S: sequences per example
-
-    @property
-    def real_tokens(self) -> int:
-        return int(self.lengths.sum())
-
-    def to(self, device: torch.device) -> Batch:
-        return Batch(self.tokens.to(device), self.lengths.to(device), self.labels.to(device), self.per_example)
-
-
-def collate(transformed: Sequence[Transformed], labels: Sequence[int | float], regression: bool,
-            pad_id: int = 0) -> Batch:
-    """Right-pad every sequence to the longest: attention is causal, so no real position ever sees padding, and
-    the extract token sits at each sequence's own last real position."""
-    sequences = [s for t in transformed for s in t.sequences]
-    per_example = len(transformed[0].sequences)
-    longest = max(len(s) for s in sequences)
-    tokens = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        tokens[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
-    dtype = torch.float32 if regression else torch.long
-    return Batch(tokens, lengths, torch.tensor(list(labels), dtype=dtype), per_example)
-
-
-def lm_targets(tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """targets[:, t] = tokens[:, t + 1] where t + 1 is a real token, else IGNORE (padding and the last token):
-    L1 predicts every real token after the start token, specials included, as OpenAI's fine-tuning code did."""
-    targets = torch.full_like(tokens, IGNORE)
-    targets[:, :-1] = tokens[:, 1:]
-    positions = torch.arange(tokens.size(1), device=tokens.device).unsqueeze(0)
-    return targets.masked_fill(positions + 1 >= lengths.unsqueeze(1), IGNORE)
-
-
-def _lm_logits(lm: nn.Module, states: torch.Tensor) -> torch.Tensor:
-    # LSTMLM.forward applies its dropout between the LSTM and the output layer; GPT's tied head reads h directly.
-    if isinstance(lm, LSTMLM):
-        states = lm.drop(states)
-    return lm.lm_head(states)
-
-
-@dataclass
-class Losses:
-    total: torch.Tensor  # L3 = L2 + λ·L1
-    clf: torch.Tensor  # L2
-    lm: torch.Tensor  # L1
-
-
-class FinetuneModel(nn.Module):
-    """A pre-trained language model (GPT or LSTM) plus one task head; one pass gives both the task outputs and
-    the states the auxiliary LM loss reads."""
-
-    def __init__(self, lm: nn.Module, spec: TaskSpec, clf_dropout: float) -> None:
-        super().__init__()
-        self.lm = lm
-        self.kind = spec.kind
-        self.regression = is_regression(spec)
-        self.head = TaskHead(spec.kind, _state_width(lm), head_outputs(spec), clf_dropout)
-
-    def states(self, batch: Batch) -> torch.Tensor:
-        return self.lm.transformer(batch.tokens)  # last layer, [B * S, T, C]
-
-    def task_outputs(self, states: torch.Tensor, batch: Batch) -> torch.Tensor:
-        rows = torch.arange(states.size(0), device=states.device)
-        extract = states[rows, batch.lengths - 1]  # [B * S, C]
-        return self.head(extract.view(-1, batch.per_example, extract.size(-1)))
-
-    def forward(self, batch: Batch) -> torch.Tensor:
-        return self.task_outputs(self.states(batch), batch)
-
-    def lm_loss(self, states: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Mean next-token cross-entropy over the real tokens; logits only at those positions (no padding)."""
-        targets = lm_targets(batch.tokens, batch.lengths)
-        keep = targets != IGNORE
-        return F.cross_entropy(_lm_logits(self.lm, states[keep]), targets[keep])
-
-    def param_groups(self, weight_decay: float) -> list[dict]:
-        """The LM's groups (decay on matrices, not on biases and LayerNorm gains) plus the head's, by the same rule."""
-        groups = self.lm.param_groups(weight_decay)
-        groups[0]["params"] = [*groups[0]["params"], self.head.linear.weight]
-        groups[1]["params"] = [*groups[1]["params"], self.head.linear.bias]
-        return groups
-
-
-def task_loss(model: FinetuneModel, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """L2: MSE on the score for regression (STS-B), else cross-entropy over classes or over the k answers."""
-    if model.regression:
-        return F.mse_loss(outputs.squeeze(-1), labels)
-    return F.cross_entropy(outputs, labels)
-
-
-def compute_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> tuple[Losses, torch.Tensor]:
-    """(L3 = L2 + λ·L1 with its parts, task outputs). With λ = 0, L1 is still measured for the curves, without
-    a graph."""
-    states = model.states(batch)
-    outputs = model.task_outputs(states, batch)
-    clf = task_loss(model, outputs, batch.labels)
-    if lm_weight:
-        lm = model.lm_loss(states, batch)
-        return Losses(clf + lm_weight * lm, clf, lm), outputs
-    with torch.no_grad():
-        lm = model.lm_loss(states.detach(), batch)
-    return Losses(clf, clf, lm), outputs
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Schedule, training, prediction
 
 
-def lr_factor(update: int, warmup: int, total: int) -> float:
+def linear_lr_factor(update: int, warmup: int, total: int) -> float:
     """Multiplier of the peak lr for update `update` (0-based) of `total`: linear warm-up to 1 over the first
     `warmup` updates (the first update already moves: (u + 1) / warmup), then linear decay to 0 after the last."""
     if update < warmup:
@@ -441,22 +255,6 @@ def predict(model: FinetuneModel, part: Part, batch_size: int, precision: str = 
             rows[i] = row
     model.train(was_training)
     return np.stack([rows[i] for i in range(len(part.examples))])
-
-
-@dataclass
-class Decoded:
-    predictions: np.ndarray  # class / answer ids, or clipped scores
-    probabilities: np.ndarray | None  # softmax over classes or answers; None for regression
-    outputs: np.ndarray  # raw head outputs (logits, answer scores, unclipped score)
-
-
-def decode(spec: TaskSpec, outputs: np.ndarray) -> Decoded:
-    if is_regression(spec):
-        low, high = spec.label_range or (-math.inf, math.inf)
-        return Decoded(np.clip(outputs[:, 0], low, high), None, outputs)
-    shifted = outputs - outputs.max(axis=1, keepdims=True)
-    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
-    return Decoded(outputs.argmax(axis=1), probabilities, outputs)
 
 
 def score(spec: TaskSpec, examples: Sequence[Example], decoded: Decoded) -> dict[str, float]:
@@ -504,7 +302,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=recipe.lr, betas=ADAM_BETAS,
                                            eps=ADAM_EPS)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda u: lr_factor(u, self.warmup, self.total))
+            self.optimizer, lambda u: linear_lr_factor(u, self.warmup, self.total))
         self.order = torch.Generator().manual_seed(seed)  # batch order: the job's seed, independent of dropout
         self.device = next(model.parameters()).device
 
@@ -570,7 +368,7 @@ class Trainer:
 
 
 @dataclass
-class Job:
+class FinetuneJob:
     spec: TaskSpec
     variant: Variant
     seed: int
@@ -593,7 +391,7 @@ class Job:
 def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
                 tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
                 present: Sequence[str] | None = None, examples_dir: str | Path | None = None,
-                max_train_examples: int | None = None, max_eval_examples: int | None = None) -> Job:
+                max_train_examples: int | None = None, max_eval_examples: int | None = None) -> FinetuneJob:
     """Check and load every input -- task, variant, weights, tokenizer, data -- before any training.
 
     The data: the task's encoded examples in `examples_dir` (the encode_task stage), else loaded and transformed
@@ -628,8 +426,8 @@ def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: st
     train, selection = carve_selection(spec, data.train)
     recipe = Recipe.from_section(finetune, chosen.lm_weight)
     eval_cap = max_eval_examples if max_eval_examples is not None else finetune["max_eval_examples"]
-    return Job(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut, train,
-               selection, data.evals, source, eval_cap, started)
+    return FinetuneJob(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut,
+                       train, selection, data.evals, source, eval_cap, started)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -647,7 +445,7 @@ def _round(value: Any) -> Any:
     return round(float(value), 6)
 
 
-def prediction_records(spec: TaskSpec, report: Report, part: Part, positions: Sequence[int],
+def prediction_records(spec: TaskSpec, report: ReportSpec, part: Part, positions: Sequence[int],
                        decoded: Decoded) -> list[dict[str, Any]]:
     out = []
     for i in positions:
@@ -672,7 +470,7 @@ def _counts(part: Part, positions: Sequence[int]) -> dict[str, int]:
             "truncated": sum(part.transformed[i].truncated for i in positions)}
 
 
-def evaluate_reports(job: Job) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def evaluate_reports(job: FinetuneJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score every report of the task on its evaluation part; (reports block of metrics.json, prediction lines)."""
     reports, lines = {}, []
     for part in job.evals:
@@ -699,7 +497,7 @@ def evaluate_reports(job: Job) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return reports, lines
 
 
-def train_metrics(job: Job, cap: int | None) -> tuple[dict[str, float], int]:
+def train_metrics(job: FinetuneJob, cap: int | None) -> tuple[dict[str, float], int]:
     """The final model on (a seeded subset of at most `cap` of) its own training examples: Figure 2 (left) draws
     train accuracy beside dev accuracy."""
     n = len(job.train.examples)
@@ -712,14 +510,14 @@ def train_metrics(job: Job, cap: int | None) -> tuple[dict[str, float], int]:
         len(positions)
 
 
-def _model_block(job: Job) -> dict[str, Any]:
+def _model_block(job: FinetuneJob) -> dict[str, Any]:
     config = dataclasses.asdict(job.model.lm.config)
     return {"kind": job.meta.get("kind"), "init": job.variant.init, "config": config, "source": job.meta.get("source"),
             "pretrain_step": job.meta.get("step"), "pretrain_tokens": job.meta.get("tokens"),
             "parameters": sum(p.numel() for p in job.model.parameters())}
 
 
-def build_metrics(job: Job, trained: Trained, reports: dict[str, Any], train_scores: dict[str, float],
+def build_metrics(job: FinetuneJob, trained: Trained, reports: dict[str, Any], train_scores: dict[str, float],
                   train_scored: int, wall: float) -> dict[str, Any]:
     cut = job.cut
     return {
@@ -763,7 +561,7 @@ def build_metrics(job: Job, trained: Trained, reports: dict[str, Any], train_sco
     }
 
 
-def finetune_job(job: Job, log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
+def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
     """Train, (Story Cloze: select the best epoch), evaluate every report; nothing is written to disk."""
     total = len(job.train.examples)
     print(f"finetune {job.spec.name}/{job.variant.name}/seed {job.seed}: {job.train.truncated} of {total} training "
@@ -837,7 +635,7 @@ def _final_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def _params(job: Job, cfg: Any) -> dict[str, Any]:
+def _params(job: FinetuneJob, cfg: Any) -> dict[str, Any]:
     return {"task": job.spec.name, "variant": job.variant.name, "seed": job.seed,
             "transfer_layers": job.transfer_layers, "finetune": cfg.section("finetune"),
             "recipe": dataclasses.asdict(job.recipe), "model": dataclasses.asdict(job.model.lm.config),
@@ -871,13 +669,13 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
     return result.metrics
 
 
-def run_name(job: Job) -> str:
+def run_name(job: FinetuneJob) -> str:
     """What the run is, for mlflow ui: 'finetune sst2 pretrained seed0' (+ 'k2' with 2 blocks transferred)."""
     layers = "" if job.transfer_layers is None else f" k{job.transfer_layers}"
     return f"finetune {job.spec.name} {job.variant.name} seed{job.seed}{layers}"
 
 
-def _log_inputs(run: Any, job: Job) -> None:
+def _log_inputs(run: Any, job: FinetuneJob) -> None:
     """The task data trained and evaluated on, as run inputs: source (hub id, mirror or project-made) and hash."""
     parts = [("train", job.train), *(("selection", p) for p in [job.selection] if p is not None),
              *(("eval", p) for p in job.evals)]
@@ -885,8 +683,8 @@ def _log_inputs(run: Any, job: Job) -> None:
         run.log_dataset(f"{job.spec.name}/{part.name}", part_source(job.spec, part), part_sha256(part), context)
 
 
-def _log_model(run: Any, job: Job, cfg: Any, updates: int) -> None:
-    from gpt1.mlflow_models import log_task_model
+def _log_model(run: Any, job: FinetuneJob, cfg: Any, updates: int) -> None:
+    from gpt1.mlflow_task_model import log_task_model
 
     tokenizer_dir = Path(job.tokenizer_source)
     if not (tokenizer_dir / META_FILE).is_file():  # the released model's BPE (vocab.json, merges.txt) is not ours
@@ -898,22 +696,13 @@ def _log_model(run: Any, job: Job, cfg: Any, updates: int) -> None:
 
 __all__ = [
     "VARIANTS",
-    "Batch",
     "FinetuneError",
-    "FinetuneModel",
     "FinetuneResult",
-    "TaskHead",
-    "Transfer",
     "Variant",
-    "add_specials",
-    "collate",
-    "compute_losses",
     "declared_outputs",
     "finetune_run",
     "finetune_stage",
     "get_variant",
-    "lm_targets",
-    "lr_factor",
+    "linear_lr_factor",
     "prepare_job",
-    "transfer_init",
 ]

@@ -90,7 +90,7 @@ class PretrainError(Gpt1Error):
 # Schedule and plan
 
 
-def lr_factor(step: int, warmup: int, total: int) -> float:
+def cosine_lr_factor(step: int, warmup: int, total: int) -> float:
     """Multiplier of the peak lr for the update that follows `step` completed updates (0-based): linear from 0 over
     `warmup` updates, then half a cosine down to 0 at `total` (as transformers' get_cosine_schedule_with_warmup)."""
     if step < warmup:
@@ -116,7 +116,7 @@ def snapshot_steps(total: int, count: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class UpdatePlan:
     """How many updates, and how an update's global batch is split over processes and micro-batches."""
 
     total_steps: int
@@ -136,7 +136,7 @@ class Plan:
         return self.batch_size // self.world_size
 
 
-def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_size: int) -> Plan:
+def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_size: int) -> UpdatePlan:
     """total_steps = min(max_steps, floor(epochs * train_tokens / (batch_size * n_ctx))); errors name the keys."""
     batch, micro = pretrain["batch_size"], pretrain["micro_batch_size"]
     if batch % (micro * world_size):
@@ -158,8 +158,8 @@ def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_siz
             f"(pretrain.max_steps={pretrain['max_steps']}, pretrain.epochs={pretrain['epochs']}); "
             f"lower snapshots or train longer"
         )
-    return Plan(total, batch, micro, batch // (micro * world_size), world_size, n_ctx,
-                tuple(snapshot_steps(total, pretrain["snapshots"])))
+    return UpdatePlan(total, batch, micro, batch // (micro * world_size), world_size, n_ctx,
+                      tuple(snapshot_steps(total, pretrain["snapshots"])))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def make_optimizer(model: nn.Module, pretrain: dict[str, Any], fused: bool) -> t
 
 def make_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
     # A partial (not a lambda) so the scheduler's state_dict stays plain data.
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(lr_factor, warmup=warmup, total=total))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(cosine_lr_factor, warmup=warmup, total=total))
 
 
 def flops_per_token(model: nn.Module) -> int:
@@ -364,7 +364,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 @dataclass
-class Job:
+class PretrainJob:
     """A validated, ready-to-train run: inputs, plan, model and optimizer state (restored when resuming)."""
 
     kind: str
@@ -374,7 +374,7 @@ class Job:
     train_ids: TokenIds
     val_ids: TokenIds
     out_dir: Path
-    plan: Plan
+    plan: UpdatePlan
     rt: Runtime
     settings: dict[str, Any]
     raw: nn.Module  # the model itself: what gets saved
@@ -395,7 +395,7 @@ class Job:
         return weights_metadata(self.kind, self.config, self.tokenizer_sha256, step, step * self.plan.tokens_per_step)
 
 
-def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> Job:
+def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> PretrainJob:
     """Check every input, build model/optimizer/schedule/sampler and restore a checkpoint, all before training."""
     pretrain, model = cfg.section("pretrain"), cfg.section("model")
     if kind not in MODEL_KINDS:
@@ -418,14 +418,15 @@ def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Pa
     sampler = WindowSampler(len(splits["train"]), config.n_ctx, pretrain["seed"])
     progress = load_checkpoint(out_dir / RESUME_DIR, settings, plan.total_steps, raw, optimizer, scheduler, sampler)
     start = progress.step if progress else 0
-    return Job(kind=kind, config=config, pretrain=pretrain, tokenizer_sha256=sha, train_ids=splits["train"],
-               val_ids=splits["validation"], out_dir=out_dir, plan=plan, rt=rt, settings=settings, raw=raw,
-               optimizer=optimizer, scheduler=scheduler, sampler=sampler, progress=progress or Progress(),
-               dtype=resolve_precision(pretrain["precision"], rt.device),
-               compiled=resolve_compile(pretrain["compile"], rt.device), resumed_from=start, last_checkpoint=start)
+    return PretrainJob(kind=kind, config=config, pretrain=pretrain, tokenizer_sha256=sha, train_ids=splits["train"],
+                       val_ids=splits["validation"], out_dir=out_dir, plan=plan, rt=rt, settings=settings, raw=raw,
+                       optimizer=optimizer, scheduler=scheduler, sampler=sampler, progress=progress or Progress(),
+                       dtype=resolve_precision(pretrain["precision"], rt.device),
+                       compiled=resolve_compile(pretrain["compile"], rt.device), resumed_from=start,
+                       last_checkpoint=start)
 
 
-def _wrap(job: Job) -> tuple[nn.Module, nn.Module]:
+def _wrap(job: PretrainJob) -> tuple[nn.Module, nn.Module]:
     """(model to train: compiled and/or DDP-wrapped, model to evaluate: compiled, never DDP)."""
     model: nn.Module = job.raw
     if job.compiled:
@@ -439,7 +440,7 @@ def _wrap(job: Job) -> tuple[nn.Module, nn.Module]:
     return model, evaluator
 
 
-def train_update(job: Job, model: nn.Module, step: int) -> float:
+def train_update(job: PretrainJob, model: nn.Module, step: int) -> float:
     """One optimizer update (0-based `step`): this process's share of the global batch in micro-batches, gradients
     synchronised on the last one only. Returns the mean loss over the global batch."""
     plan, rt = job.plan, job.rt
@@ -473,11 +474,11 @@ def train_update(job: Job, model: nn.Module, step: int) -> float:
     return value
 
 
-def _validation(job: Job, evaluator: nn.Module, offsets: torch.Tensor) -> float:
+def _validation(job: PretrainJob, evaluator: nn.Module, offsets: torch.Tensor) -> float:
     return evaluate(evaluator, job.val_ids.ids, offsets, job.plan.micro_batch, job.plan.n_ctx, job.rt, job.dtype)
 
 
-def run_training(job: Job, run: Any | None = None) -> dict[str, Any]:
+def run_training(job: PretrainJob, run: Any | None = None) -> dict[str, Any]:
     """Train from job.progress to plan.total_steps, evaluating, snapshotting and checkpointing on the way; on the
     main process write the outputs and return the final metrics."""
     plan, rt, p = job.plan, job.rt, job.pretrain
@@ -532,7 +533,7 @@ def run_training(job: Job, run: Any | None = None) -> dict[str, Any]:
     return finish(job, run)
 
 
-def finish(job: Job, run: Any | None) -> dict[str, Any]:
+def finish(job: PretrainJob, run: Any | None) -> dict[str, Any]:
     """Write every declared output (temp names, renamed together at the end), then drop the resume folder."""
     plan, progress = job.plan, job.progress
     tokens = plan.total_steps * plan.tokens_per_step
@@ -571,14 +572,14 @@ def finish(job: Job, run: Any | None) -> dict[str, Any]:
     return metrics
 
 
-def _params(job: Job) -> dict[str, Any]:
+def _params(job: PretrainJob) -> dict[str, Any]:
     return {"kind": job.kind, "model": dataclasses.asdict(job.config), "pretrain": job.pretrain,
             "plan": {"total_steps": job.plan.total_steps, "accum_steps": job.plan.accum_steps,
                      "world_size": job.rt.world_size, "snapshots": list(job.plan.snapshots)},
             "device": str(job.rt.device), "autocast": str(job.dtype), "compiled": job.compiled}
 
 
-def _log_inputs(run: Any, job: Job, ids_dir: Path) -> None:
+def _log_inputs(run: Any, job: PretrainJob, ids_dir: Path) -> None:
     """The token ids trained and validated on, as run inputs with their sha256."""
     for context, ids in (("train", job.train_ids), ("validation", job.val_ids)):
         name = f"{context}.bin"
@@ -589,7 +590,7 @@ def _log_inputs(run: Any, job: Job, ids_dir: Path) -> None:
 REGISTRY_METRICS = ("val_loss", "val_perplexity", "train_loss", "steps", "tokens", "parameters")
 
 
-def _log_model(run: Any, job: Job, tokenizer_dir: Path, metrics: dict[str, Any], registered_name: str) -> None:
+def _log_model(run: Any, job: PretrainJob, tokenizer_dir: Path, metrics: dict[str, Any], registered_name: str) -> None:
     """The finished model as an MLflow model (with its tokenizer); the GPT also as a new version of
     `registered_name` in the model registry, tagged with its metrics."""
     from gpt1.mlflow_models import log_language_model
@@ -629,12 +630,12 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
 
 
 __all__ = [
-    "Plan",
     "PretrainError",
+    "UpdatePlan",
     "WindowSampler",
+    "cosine_lr_factor",
     "declared_outputs",
     "flops_per_token",
-    "lr_factor",
     "make_plan",
     "pretrain_stage",
     "snapshot_steps",

@@ -114,7 +114,7 @@ def iter_documents(corpus: dict[str, Any], mirror: Path | None) -> Iterator[dict
     """Stream the documents of the corpus section of a profile as {'id', 'text'} records."""
     source = corpus["source"]
     if source == "synthetic":
-        from gpt1.fixtures import synthetic_corpus
+        from gpt1.synthetic.corpus import synthetic_corpus
 
         yield from synthetic_corpus(corpus["synthetic_documents"], seed=corpus["seed"])
         return

@@ -27,7 +27,7 @@ from gpt1.tasks import (
     Cut,
     Example,
     LoadedSplit,
-    Report,
+    ReportSpec,
     TaskSpec,
     Transformed,
     cap_positions,
@@ -80,7 +80,7 @@ class Part:
 
 @dataclass
 class EvalPart(Part):
-    reports: list[Report] = field(default_factory=list)
+    reports: list[ReportSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -112,12 +112,12 @@ def train_cut(spec: TaskSpec, train_cuts: dict[str, Any] | None) -> Cut | None:
     return Cut(declared["split"], 0.0, declared["fraction"], declared["seed"])
 
 
-EvalSpec = tuple[str, Cut | None, list[Report]]  # (hub split, complement of the training cut or None, reports)
+EvalSpec = tuple[str, Cut | None, list[ReportSpec]]  # (hub split, complement of the training cut or None, reports)
 
 
 def eval_plan(spec: TaskSpec, present: Sequence[str] | None, cut: Cut | None) -> list[EvalSpec]:
     """(split, complement cut or None, reports) per distinct evaluation split, in report order."""
-    plan: dict[str, list[Report]] = {}
+    plan: dict[str, list[ReportSpec]] = {}
     for report in spec.reports:
         plan.setdefault(evaluation_split(spec, report, present), []).append(report)
     out = []

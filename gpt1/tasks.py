@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gpt1.errors import Gpt1Error
+from gpt1.scoring import left_truncate
 
 Kind = Literal["classification", "entailment", "similarity", "multiple_choice"]
 # How the label column encodes the target:
@@ -36,8 +37,9 @@ class TaskError(Gpt1Error):
 
 
 @dataclass(frozen=True)
-class Report:
-    """One number the paper reports for a task: which split we evaluate and which split the paper used."""
+class ReportSpec:
+    """How one number the paper reports for a task is scored here: which split we evaluate and which split the paper
+    used (`PaperNumber` is what the tables say about it)."""
 
     name: str  # e.g. mnli_m, race_h: the key in metrics.json and the paper's tables
     validation: str  # the hub split evaluated when the test labels are hidden or the test split is absent
@@ -62,7 +64,7 @@ class TaskSpec:
     choice_fields: tuple[str, ...] = ()  # one list column of choices, or one column per choice
     metrics: tuple[str, ...] = ("accuracy",)
     paper_metric: str = "accuracy"  # the metric of the paper's table
-    reports: tuple[Report, ...] = ()
+    reports: tuple[ReportSpec, ...] = ()
     test_labels: Literal["public", "glue_server", "unknown"] = "public"  # GLUE test labels are hidden
     paper_table: str = ""
     finetune: bool = True  # False: an analysis dataset (DPR), never fine-tuned
@@ -75,7 +77,7 @@ class TaskSpec:
 
 def _glue(name: str, kind: Kind, fields: tuple[str, ...], names: tuple[str, ...], **kw: Any) -> TaskSpec:
     splits = kw.pop("splits", ("train", "validation", "test"))
-    reports = kw.pop("reports", (Report(name, "validation", "test"),))
+    reports = kw.pop("reports", (ReportSpec(name, "validation", "test"),))
     return TaskSpec(name, kind, "nyu-mll/glue", (name,), splits, "train", fields, "label", "class", len(names),
                     names, reports=reports, test_labels="glue_server", **kw)
 
@@ -87,29 +89,29 @@ _STD = ("train", "validation", "test")
 TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     # Table 2: natural language inference (accuracy).
     TaskSpec("snli", "entailment", "stanfordnlp/snli", ("plain_text",), _STD, "train", ("premise", "hypothesis"),
-             "label", "class", 3, _NLI3, reports=(Report("snli", "validation", "test"),), paper_table="2",
+             "label", "class", 3, _NLI3, reports=(ReportSpec("snli", "validation", "test"),), paper_table="2",
              note="label -1: no gold label (annotators disagreed); dropped and counted"),
     _glue("mnli", "entailment", ("premise", "hypothesis"), _NLI3, paper_table="2",
           splits=("train", "validation_matched", "validation_mismatched", "test_matched", "test_mismatched"),
-          reports=(Report("mnli_m", "validation_matched", "test_matched"),
-                   Report("mnli_mm", "validation_mismatched", "test_mismatched"))),
+          reports=(ReportSpec("mnli_m", "validation_matched", "test_matched"),
+                   ReportSpec("mnli_mm", "validation_mismatched", "test_mismatched"))),
     # QNLI as entailment: the Wikipedia sentence is the premise (long, trimmed first), the question the hypothesis.
     _glue("qnli", "entailment", ("sentence", "question"), _NLI2, paper_table="2"),
     TaskSpec("scitail", "entailment", "allenai/scitail", ("tsv_format",), _STD, "train", ("premise", "hypothesis"),
-             "label", "names", 2, ("entails", "neutral"), reports=(Report("scitail", "validation", "test"),),
+             "label", "names", 2, ("entails", "neutral"), reports=(ReportSpec("scitail", "validation", "test"),),
              paper_table="2", note="label is a string: entails -> 0, neutral -> 1"),
     _glue("rte", "entailment", ("sentence1", "sentence2"), _NLI2, paper_table="2"),
     # Table 3: question answering and commonsense reasoning (accuracy).
     TaskSpec("race", "multiple_choice", "ehovy/race", ("middle", "high"), _STD, "train", ("article", "question"),
              "answer", "letters", 4, ("A", "B", "C", "D"), choice_fields=("options",), paper_table="3",
-             reports=(Report("race_m", "validation", "test", ("middle",)),
-                      Report("race_h", "validation", "test", ("high",)),
-                      Report("race", "validation", "test")),
+             reports=(ReportSpec("race_m", "validation", "test", ("middle",)),
+                      ReportSpec("race_h", "validation", "test", ("high",)),
+                      ReportSpec("race", "validation", "test")),
              note="context = article + ' ' + question; RACE-m, RACE-h and RACE (both) from one combined model"),
     TaskSpec("story_cloze", "multiple_choice", "LSDSem/story_cloze", ("2016",), ("validation", "test"), None,
              ("input_sentence_1", "input_sentence_2", "input_sentence_3", "input_sentence_4"),
              "answer_right_ending", "one_based", 2, choice_fields=("sentence_quiz1", "sentence_quiz2"),
-             reports=(Report("story_cloze", "validation", "test"),), paper_table="3",
+             reports=(ReportSpec("story_cloze", "validation", "test"),), paper_table="3",
              note="no training split exists: train on a cut of validation, as the paper does"),
     # Table 4: semantic similarity and classification.
     _glue("mrpc", "similarity", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"),
@@ -118,7 +120,7 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
           metrics=("f1", "accuracy"), paper_metric="f1", paper_table="4"),
     TaskSpec("stsb", "similarity", "nyu-mll/glue", ("stsb",), _STD, "train", ("sentence1", "sentence2"), "label",
              "float", 1, label_range=(0.0, 5.0), metrics=("pearson", "spearman"), paper_metric="pearson",
-             reports=(Report("stsb", "validation", "test"),), test_labels="glue_server", paper_table="4",
+             reports=(ReportSpec("stsb", "validation", "test"),), test_labels="glue_server", paper_table="4",
              note="regression on a 0-5 score; GLUE test scores are hidden (-1)"),
     _glue("sst2", "classification", ("sentence",), ("negative", "positive"), paper_table="4"),
     _glue("cola", "classification", ("sentence",), ("unacceptable", "acceptable"),
@@ -126,7 +128,7 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     # Figure 2 (right): zero-shot pronoun resolution; candidates replace the pronoun and the LM scores them.
     TaskSpec("dprd", "multiple_choice", "community-datasets/definite_pronoun_resolution", ("plain_text",),
              ("train", "test"), "train", ("sentence", "pronoun"), "label", "class", 2, ("0", "1"),
-             choice_fields=("candidates",), reports=(Report("dprd", "train", "test"),), test_labels="unknown",
+             choice_fields=("candidates",), reports=(ReportSpec("dprd", "train", "test"),), test_labels="unknown",
              paper_table="figure 2", finetune=False,
              note="zero-shot analysis only; no validation split, so 'train' is its held-out fallback"),
 )}
@@ -135,8 +137,9 @@ FINETUNE_TASKS: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if 
 
 
 @dataclass(frozen=True)
-class Reported:
-    """What the paper reports for one number: later stages build Tables 2-4 from this."""
+class PaperNumber:
+    """One number the paper reports (its task, metric, split, table and where it comes from): the report builds
+    Tables 2-4 from these."""
 
     report: str
     task: str
@@ -146,12 +149,12 @@ class Reported:
     table: str
 
 
-def _reported(spec: TaskSpec) -> list[Reported]:
+def _paper_numbers(spec: TaskSpec) -> list[PaperNumber]:
     via = {"glue_server": "GLUE server", "public": "public test labels", "unknown": "not stated"}[spec.test_labels]
-    return [Reported(r.name, spec.name, spec.paper_metric, r.test, via, spec.paper_table) for r in spec.reports]
+    return [PaperNumber(r.name, spec.name, spec.paper_metric, r.test, via, spec.paper_table) for r in spec.reports]
 
 
-REPORTED: dict[str, Reported] = {r.report: r for spec in TASKS.values() for r in _reported(spec)}
+PAPER_NUMBERS: dict[str, PaperNumber] = {r.report: r for spec in TASKS.values() for r in _paper_numbers(spec)}
 
 
 def get_task(name: str) -> TaskSpec:
@@ -164,7 +167,7 @@ def _spec(task: TaskSpec | str) -> TaskSpec:
     return task if isinstance(task, TaskSpec) else get_task(task)
 
 
-def evaluation_split(spec: TaskSpec, report: Report, present: Sequence[str] | None = None) -> str:
+def evaluation_split(spec: TaskSpec, report: ReportSpec, present: Sequence[str] | None = None) -> str:
     """The split a report is scored on: the paper's test split where its labels are public and it is `present`
     (None: assume the hub, which has every split), the validation split otherwise. Name it in every table."""
     if spec.test_labels == "public" and report.test and (present is None or report.test in present):
@@ -314,7 +317,7 @@ def _source_split(spec: TaskSpec, split: str, cut: Cut | None) -> str:
 def _read(spec: TaskSpec, config: str, split: str, mirror: Path | None, synthetic: bool, rows: int, seed: int):
     """One configuration's split as a datasets.Dataset, from the mirror or hub, or made up (smoke profile)."""
     if synthetic:
-        from gpt1.task_fixtures import synthetic_split
+        from gpt1.synthetic.tasks import synthetic_split
 
         return synthetic_split(spec.path, config, split, rows=rows, seed=seed)
     from gpt1.sources import DatasetRef, load_split
@@ -364,7 +367,7 @@ def load_examples(
     `split` is the hub split read, or, with a `cut`, the part it plays (e.g. "train") while the rows come from
     `cut.split`. Rows without a gold label are dropped and counted; `max_examples` then keeps a seeded random
     subset (seed `seed`). `configs` restricts a multi-configuration task (RACE) to some of its configurations;
-    `synthetic` reads the project-made data of `gpt1.task_fixtures` (`synthetic_rows` rows per configuration,
+    `synthetic` reads the project-made data of `gpt1.synthetic.tasks` (`synthetic_rows` rows per configuration,
     made from `synthetic_seed`) instead of the hub or mirror; the rest of the path is the same.
     """
     spec = _spec(spec)
@@ -428,7 +431,7 @@ def _source_name(mirror: Path | None, synthetic: bool, seed: int, rows: int) -> 
     return f"mirror:{mirror}" if mirror else "hub"
 
 
-def report_examples(spec: TaskSpec, report: Report, examples: Sequence[Example]) -> list[int]:
+def report_examples(spec: TaskSpec, report: ReportSpec, examples: Sequence[Example]) -> list[int]:
     """Positions of the examples a report covers (RACE-m: the middle ones), for scoring one model's predictions."""
     configs = report.configs or spec.configs
     return [i for i, e in enumerate(examples) if e.config is None or e.config in configs]
@@ -449,14 +452,12 @@ def _assemble(context: list[int], tail: list[int] | None, ids: dict[str, int], n
     budget = n_ctx - specials
     if budget < 1:
         raise TaskError(f"n_ctx {n_ctx} leaves no room for text beside {specials} special tokens")
-    tail_kept = (tail or [])[:budget]  # the end that must survive: cut from the right only if it alone overflows
-    room = budget - len(tail_kept)
-    context_kept = context[max(0, len(context) - room) :] if room > 0 else []  # loses its beginning first
-    truncated = len(context_kept) < len(context) or len(tail_kept) < len(tail or [])
-    sequence = [ids["_start_"], *context_kept]
+    # The context loses its beginning first; the tail is cut from the right only if it alone overflows.
+    fitted = left_truncate(context, tail or [], budget)
+    sequence = [ids["_start_"], *fitted.context]
     if tail is not None:
-        sequence += [ids["_delimiter_"], *tail_kept]
-    return [*sequence, ids["_classify_"]], truncated
+        sequence += [ids["_delimiter_"], *fitted.tail]
+    return [*sequence, ids["_classify_"]], fitted.truncated
 
 
 def transform_batch(spec: TaskSpec | str, examples: Sequence[Example], tokenizer, n_ctx: int) -> list[Transformed]:
@@ -473,7 +474,8 @@ def transform_batch(spec: TaskSpec | str, examples: Sequence[Example], tokenizer
 
     Truncation, when a sequence exceeds n_ctx: the special tokens always stay. The context (the only text of
     classification, the premise, the first text of a similarity order, the article-and-question context) is
-    trimmed from the LEFT, so the end next to the delimiter survives (RACE: the question outlives the article).
+    trimmed from the LEFT, so the end next to the delimiter survives (RACE: the question outlives the article;
+    `gpt1.scoring.left_truncate`, the rule zero-shot scoring uses too).
     The second segment (hypothesis, second text, answer) is never trimmed unless it alone, with the specials,
     exceeds n_ctx; then the context is dropped entirely and that segment is cut from the right. `truncated`
     reports whether any sequence of the example lost tokens.

@@ -12,11 +12,9 @@ fine-tuning and no task tokens, four heuristics on the language model at several
 * DPRD: replace the pronoun by each candidate; the candidate after which the rest of the sentence is likelier
   wins (Trinh and Le 2018's "partial" scoring); accuracy.
 
-Every heuristic is one call of the shared scorer `score_continuations`: the log-probability of continuation tokens
-given prefix tokens, batched with right padding (causal models: padding after a sequence cannot change what the
-model computes for it), the prefix cut from the LEFT to fit n_ctx, never the continuation. Texts go through the
-tokenizer exactly as in fine-tuning (`encode_batch`), with no special tokens: the LM never saw them. Works for both
-model kinds (GPT and LSTM share `forward(idx) -> (logits, loss)` and `config.n_ctx`).
+Every heuristic is one call of the shared scorer `gpt1.scoring.score_continuations`: the log-probability of
+continuation tokens given prefix tokens, the prefix cut from the LEFT to fit n_ctx, never the continuation. Texts go
+through the tokenizer exactly as in fine-tuning (`encode_batch`), with no special tokens: the LM never saw them.
 
 Scores are normalised as in the paper: (raw - random) / (sota - random), with params.yaml's zeroshot_reference.
 """
@@ -38,8 +36,8 @@ from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDE
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_json, require_files, staged_outputs, write_sealed_json
 from gpt1.metrics import accuracy, matthews
-from gpt1.model import GPT, LSTMLM
 from gpt1.runtime import default_device
+from gpt1.scoring import BATCH_TOKENS, fit_context, score_continuations
 from gpt1.tasks import Example, LoadedSplit, evaluation_split, get_task, load_examples, mirror_splits
 from gpt1.tokenizer import GPT1Tokenizer
 
@@ -49,7 +47,6 @@ COLA_CONTEXT = "."  # what a sentence is conditioned on, so that its first token
 SST2_CUE = "very"
 SST2_WORDS = ("negative", "positive")  # in GLUE label order: 0 negative, 1 positive
 POSSESSIVES = frozenset({"his", "its", "their"})  # a candidate replacing one of these gets "'s" (Jimbo's car)
-BATCH_TOKENS = 8192  # padded tokens per forward pass: bounds the [batch, time, vocab] logits
 CSV_FIELDS = ("model", "step", "task", "metric", "raw", "normalised")
 JSON_FILE, CSV_FILE = "zeroshot.json", "zeroshot.csv"
 
@@ -72,109 +69,6 @@ HEURISTICS = {
 
 class ZeroshotError(Gpt1Error):
     pass
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The shared scorer
-
-
-@dataclass(frozen=True)
-class Window:
-    """One sequence to score: ids[start:] are the scored continuation tokens, each given everything before it."""
-
-    ids: list[int]
-    start: int
-    truncated: bool  # the prefix lost its beginning, or the continuation alone overflowed n_ctx and lost its end
-
-
-def fit_context(prefix: Sequence[int], continuation: Sequence[int], n_ctx: int) -> Window:
-    """prefix + continuation within n_ctx, cutting the prefix from the LEFT (the end next to the continuation is
-    what conditions it most). The continuation is never cut unless it alone overflows n_ctx; then one prefix token
-    (if any) is kept to condition its first token, and its end is cut. With no prefix at all the first continuation
-    token has nothing to condition on and is not scored."""
-    if n_ctx < 1:
-        raise ZeroshotError(f"n_ctx must be at least 1, got {n_ctx}")
-    reserve = 1 if prefix else 0
-    kept = list(continuation[: n_ctx - reserve])
-    room = n_ctx - len(kept)
-    head = list(prefix[max(0, len(prefix) - room) :]) if room > 0 else []
-    truncated = len(head) < len(prefix) or len(kept) < len(continuation)
-    return Window(head + kept, max(len(head), 1), truncated)
-
-
-def _batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
-    """Row indices grouped longest first, each group's padded size (rows x longest) within batch_tokens: sorting
-    by length keeps padding, and so wasted compute, small."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= batch_tokens:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _logits_at(model: nn.Module, ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """forward(ids)'s logits at positions where[:, t] (t < T - 1), as [N, vocab]. For our two models the LM head
-    runs on those positions only (GPT: lm_head(transformer); LSTM: the same, its dropout being off in eval mode):
-    RACE scores a few answer tokens after a long context, so this skips most of the [B, T, vocab] projection."""
-    if isinstance(model, GPT | LSTMLM) and not model.training:
-        return model.lm_head(model.transformer(ids)[:, :-1][where])
-    logits, _ = model(ids)
-    return logits[:, :-1][where]
-
-
-@torch.inference_mode()
-def _token_logprobs(model: nn.Module, windows: Sequence[Window], batch_tokens: int) -> list[np.ndarray]:
-    """log p of every scored token of every window (an empty array where nothing is scored)."""
-    out: list[np.ndarray] = [np.zeros(0)] * len(windows)
-    device = _device(model)
-    live = [i for i, w in enumerate(windows) if len(w.ids) > w.start]  # windows with at least one scored token
-    for batch in _batches([len(windows[i].ids) for i in live], batch_tokens):
-        group = [live[b] for b in batch]
-        width = max(len(windows[i].ids) for i in group)
-        ids = torch.zeros((len(group), width), dtype=torch.long)  # right padding: 0 is as good as any token
-        scored = torch.zeros((len(group), width), dtype=torch.bool)
-        for row, i in enumerate(group):
-            w = windows[i]
-            ids[row, : len(w.ids)] = torch.tensor(w.ids)
-            scored[row, w.start : len(w.ids)] = True
-        ids, scored = ids.to(device), scored.to(device)
-        # logits[:, t] predicts ids[:, t + 1]: only the positions before a scored token are needed.
-        chosen = _logits_at(model, ids, scored[:, 1:]).float().log_softmax(-1)
-        values = chosen.gather(1, ids[:, 1:][scored[:, 1:]].unsqueeze(1)).squeeze(1).double().cpu().numpy()
-        counts = scored.sum(1).tolist()
-        for i, part in zip(group, np.split(values, np.cumsum(counts)[:-1]), strict=True):
-            out[i] = part
-    return out
-
-
-def score_continuations(
-    model: nn.Module,
-    prefixes: Sequence[Sequence[int]],
-    continuations: Sequence[Sequence[int]],
-    *,
-    n_ctx: int | None = None,
-    reduction: str = "mean",
-    batch_tokens: int = BATCH_TOKENS,
-) -> np.ndarray:
-    """Per example, the mean (or sum) log-probability of the continuation's tokens given the prefix, under `model`
-    in eval mode; n_ctx defaults to model.config.n_ctx. An example with no scored token scores 0 (log 1)."""
-    if reduction not in ("mean", "sum"):
-        raise ZeroshotError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    if len(prefixes) != len(continuations):
-        raise ZeroshotError(f"{len(prefixes)} prefixes but {len(continuations)} continuations")
-    n_ctx = n_ctx or model.config.n_ctx
-    model.eval()  # dropout off: a score is a property of the weights
-    windows = [fit_context(p, c, n_ctx) for p, c in zip(prefixes, continuations, strict=True)]
-    per_token = _token_logprobs(model, windows, batch_tokens)
-    reduce = np.mean if reduction == "mean" else np.sum
-    return np.array([float(reduce(v)) if v.size else 0.0 for v in per_token])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -586,7 +480,6 @@ __all__ = [
     "ChoiceProbe",
     "ColaProbe",
     "Sst2Probe",
-    "Window",
     "choose_threshold",
     "cola_probe",
     "dprd_probe",
@@ -594,12 +487,10 @@ __all__ = [
     "evaluate_cola",
     "evaluate_probe",
     "evaluate_sst2",
-    "fit_context",
     "normalise",
     "predict_choices",
     "pronoun_span",
     "race_probe",
-    "score_continuations",
     "sst2_calibrated_probe",
     "sst2_probe",
     "zeroshot_stage",

@@ -38,8 +38,8 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
     """30 synthetic stories (24 train, 6 validation, ~25k tokens), a 200-merge `fast` BPE, and their ids."""
-    from gpt1.fixtures import synthetic_corpus
     from gpt1.ids import encode_split
+    from gpt1.synthetic.corpus import synthetic_corpus
     from gpt1.tokenizer import train
 
     root = tmp_path_factory.mktemp("tiny_data")

@@ -49,7 +49,7 @@ def _mirror(root: Path, docs: list[dict]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gpt1.task_fixtures import synthetic_split
+    from gpt1.synthetic.tasks import synthetic_split
 
     books = root / "books/gutenberg/default"
     books.mkdir(parents=True)

@@ -13,8 +13,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_layer_runs_narrow_the_tasks_examples_to_their_own_caps():
     cfg = load_config(REPO / "params.yaml", "default")
-    assert layer_caps(cfg) == {"max_train_examples": cfg.section("layers")["max_train_examples"],
-                               "max_eval_examples": None}  # null keeps finetune's
+    assert layer_caps(cfg) == {key: cfg.section("layers")[key] for key in ("max_train_examples", "max_eval_examples")}
+    smoke = load_config(REPO / "params.yaml", "smoke")
+    assert layer_caps(smoke) == {"max_train_examples": None, "max_eval_examples": None}  # null keeps finetune's
     evaluated = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"])
     assert layer_caps(evaluated)["max_eval_examples"] == 123
 

@@ -28,9 +28,9 @@ from gpt1.files import file_record, sha256_file
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pretrain import (
     WindowSampler,
+    cosine_lr_factor,
     declared_outputs,
     flops_per_token,
-    lr_factor,
     make_optimizer,
     make_plan,
     make_scheduler,
@@ -83,13 +83,13 @@ def one_thread():
 
 def test_lr_warms_up_linearly_from_zero_then_cosine_to_zero() -> None:
     warmup, total = 10, 110
-    assert lr_factor(0, warmup, total) == 0.0
-    assert lr_factor(5, warmup, total) == pytest.approx(0.5)
-    assert lr_factor(warmup, warmup, total) == pytest.approx(1.0)
-    assert lr_factor(60, warmup, total) == pytest.approx(0.5)  # half-way through the cosine
-    assert lr_factor(total, warmup, total) == pytest.approx(0.0, abs=1e-12)
-    ramp = [lr_factor(s, warmup, total) for s in range(warmup + 1)]
-    decay = [lr_factor(s, warmup, total) for s in range(warmup, total + 1)]
+    assert cosine_lr_factor(0, warmup, total) == 0.0
+    assert cosine_lr_factor(5, warmup, total) == pytest.approx(0.5)
+    assert cosine_lr_factor(warmup, warmup, total) == pytest.approx(1.0)
+    assert cosine_lr_factor(60, warmup, total) == pytest.approx(0.5)  # half-way through the cosine
+    assert cosine_lr_factor(total, warmup, total) == pytest.approx(0.0, abs=1e-12)
+    ramp = [cosine_lr_factor(s, warmup, total) for s in range(warmup + 1)]
+    decay = [cosine_lr_factor(s, warmup, total) for s in range(warmup, total + 1)]
     assert ramp == sorted(ramp) and decay == sorted(decay, reverse=True)
     # The scheduler the loop uses gives exactly lr * factor.
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=3e-4)
@@ -99,7 +99,7 @@ def test_lr_warms_up_linearly_from_zero_then_cosine_to_zero() -> None:
         seen.append(sched.get_last_lr()[0])
         opt.step()
         sched.step()
-    assert seen == pytest.approx([3e-4 * lr_factor(s, warmup, total) for s in range(total)])
+    assert seen == pytest.approx([3e-4 * cosine_lr_factor(s, warmup, total) for s in range(total)])
 
 
 @pytest.mark.parametrize("model", [

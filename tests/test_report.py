@@ -25,8 +25,8 @@ from gpt1.report import (
     FIGURES,
     SUMMARY_FILE,
     TABLES,
-    Plan,
     ReportError,
+    ReportPlan,
     build_report,
     curated_metrics,
     declared_outputs,
@@ -496,7 +496,7 @@ def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Pa
 
 
 def test_plan_reads_the_lists_of_params() -> None:
-    plan = Plan.from_config(config(seeds=[3]))
+    plan = ReportPlan.from_config(config(seeds=[3]))
     assert plan.seeds == (3,) and "lstm" in plan.pretrain_models and plan.layer_transfer_tasks == ("mnli", "race")
     assert plan.why_not_planned("qnli", "lstm") is None
     assert build_report(plan, Path("/nonexistent")).summary["report.gaps"] > 0

@@ -33,7 +33,7 @@ N_CTX = 48
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> GPT1Tokenizer:
-    from gpt1.fixtures import synthetic_corpus
+    from gpt1.synthetic.corpus import synthetic_corpus
     from gpt1.tokenizer import train
 
     folder = tmp_path_factory.mktemp("taskdata") / "tokenizer"

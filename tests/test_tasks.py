@@ -7,12 +7,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt1.errors import Gpt1Error
-from gpt1.fixtures import synthetic_corpus
 from gpt1.sources import DatasetRef, mirror_file
-from gpt1.task_fixtures import FEATURES, FixtureError, synthetic_split
+from gpt1.synthetic.corpus import synthetic_corpus
+from gpt1.synthetic.tasks import FEATURES, SyntheticDataError, synthetic_split
 from gpt1.tasks import (
     FINETUNE_TASKS,
-    REPORTED,
+    PAPER_NUMBERS,
     TASKS,
     Cut,
     Example,
@@ -65,12 +65,12 @@ def test_metrics_and_reported_numbers():
     assert TASKS["mrpc"].metrics == TASKS["qqp"].metrics == ("f1", "accuracy")
     assert TASKS["stsb"].metrics == ("pearson", "spearman") and TASKS["stsb"].paper_metric == "pearson"
     assert {name for name, spec in TASKS.items() if "accuracy" not in spec.metrics} == {"stsb"}
-    reports = set(REPORTED)
+    reports = set(PAPER_NUMBERS)
     assert {"mnli_m", "mnli_mm", "race_m", "race_h", "race", "story_cloze", "dprd"} <= reports
     assert "mnli" not in reports
-    assert REPORTED["mnli_mm"].paper_split == "test_mismatched" and REPORTED["mnli_mm"].via == "GLUE server"
-    assert REPORTED["snli"].via == "public test labels" and REPORTED["race_h"].table == "3"
-    assert REPORTED["qqp"].metric == "f1" and REPORTED["cola"].table == "4"
+    assert PAPER_NUMBERS["mnli_mm"].paper_split == "test_mismatched" and PAPER_NUMBERS["mnli_mm"].via == "GLUE server"
+    assert PAPER_NUMBERS["snli"].via == "public test labels" and PAPER_NUMBERS["race_h"].table == "3"
+    assert PAPER_NUMBERS["qqp"].metric == "f1" and PAPER_NUMBERS["cola"].table == "4"
 
 
 def test_evaluation_split_prefers_public_test_labels_that_are_present():
@@ -355,14 +355,14 @@ def test_every_synthetic_split_is_deterministic_and_parses():
 
 
 def test_synthetic_split_rejects_what_the_hub_lacks():
-    with pytest.raises(FixtureError, match=r"has no split 'train'; hub splits: validation, test"):
+    with pytest.raises(SyntheticDataError, match=r"has no split 'train'; hub splits: validation, test"):
         synthetic_split("LSDSem/story_cloze", "2016", "train")
-    with pytest.raises(FixtureError, match="no registered task reads"):
+    with pytest.raises(SyntheticDataError, match="no registered task reads"):
         synthetic_split("acme/reviews", None, "train")
 
 
 def test_synthetic_data_carries_a_learnable_signal():
-    from gpt1.task_fixtures import POSITIVE
+    from gpt1.synthetic.tasks import POSITIVE
 
     sst2 = load_examples("sst2", "train", synthetic=True).examples
     assert all((any(w in e.texts[0] for w in POSITIVE)) == (e.label == 1) for e in sst2)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.fixtures import synthetic_corpus
+from gpt1.synthetic.corpus import synthetic_corpus
 from gpt1.tokenizer import (
     FINETUNE_SPECIALS,
     GPT1Tokenizer,
@@ -108,7 +108,7 @@ def _train_in_fresh_process(folder: Path) -> bytes:
     import subprocess
     import sys
 
-    code = ("import sys; from gpt1.fixtures import synthetic_corpus; from gpt1.tokenizer import train; "
+    code = ("import sys; from gpt1.synthetic.corpus import synthetic_corpus; from gpt1.tokenizer import train; "
             "texts = [d['text'] for d in synthetic_corpus(48, seed=0)]; "  # the smoke corpus: many tied pairs
             "train(texts, 'spacy', 300, 200).save(sys.argv[1])")
     subprocess.run([sys.executable, "-c", code, str(folder)], check=True)

@@ -1,4 +1,4 @@
-"""gpt1.zeroshot: the shared scorer and the four heuristics of §5 on hand-made inputs whose answer is known, under a
+"""gpt1.zeroshot: the four heuristics of §5 on hand-made inputs whose answer is known, under a
 hand-set bigram "language model"; then the stage end to end on tiny GPT/LSTM snapshots and synthetic task data."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 from gpt1.errors import Gpt1Error
 from gpt1.files import read_sealed_json, verify_file
 from gpt1.metrics import matthews
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.scoring import score_continuations
 from gpt1.tasks import Example
 from gpt1.tokenizer import train
 from gpt1.zeroshot import (
@@ -30,12 +30,10 @@ from gpt1.zeroshot import (
     dprd_texts,
     evaluate_cola,
     evaluate_sst2,
-    fit_context,
     normalise,
     predict_choices,
     pronoun_span,
     race_probe,
-    score_continuations,
     sst2_calibrated_probe,
     sst2_probe,
     zeroshot_stage,
@@ -62,15 +60,6 @@ class BigramLM(nn.Module):
         return self.table[idx], None
 
 
-class ForwardOnly(nn.Module):
-    """Hides a model's class, so the scorer takes the generic forward() path."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.config = inner, inner.config
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        return self.inner(idx, targets)
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +83,6 @@ def lm(tokenizer) -> BigramLM:
 # ------------------------------------------------------------------------------------------------ the scorer
 
 
-def test_fit_context_cuts_the_prefix_from_the_left_and_keeps_the_continuation():
-    prefix, cont = list(range(1, 11)), [20, 21, 22]
-    w = fit_context(prefix, cont, 6)
-    assert (w.ids, w.start, w.truncated) == ([8, 9, 10, 20, 21, 22], 3, True)
-    w = fit_context(prefix, cont, 20)
-    assert (w.ids, w.start, w.truncated) == ([*prefix, *cont], 10, False)
-    # A continuation that alone overflows keeps its beginning and one prefix token to condition it.
-    w = fit_context([1, 2], list(range(5, 15)), 4)
-    assert (w.ids, w.start, w.truncated) == ([2, 5, 6, 7], 1, True)
-    # No prefix: the first continuation token has nothing to condition on and is not scored.
-    assert fit_context([], [5, 6, 7], 8).start == 1
 
 
 def test_scores_are_the_hand_computed_log_probabilities(tok):
@@ -122,29 +100,8 @@ def test_scores_are_the_hand_computed_log_probabilities(tok):
     assert score_continuations(model, [[]], [[dog]]) == pytest.approx([0.0])  # nothing scored: log 1
 
 
-def test_left_truncation_scores_the_continuation_given_the_end_of_the_prefix():
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, n_head=2)).eval()
-    prefix, cont = list(range(1, 21)), [30, 31, 32]
-    cut = score_continuations(model, [prefix], [cont], n_ctx=8)
-    tail = score_continuations(model, [prefix[-5:]], [cont], n_ctx=8)
-    assert cut == pytest.approx(tail, abs=1e-6)
-    assert not np.allclose(cut, score_continuations(model, [prefix[-4:]], [cont], n_ctx=8))
 
 
-@pytest.mark.parametrize("kind", ["gpt", "lstm"])
-def test_batching_with_right_padding_matches_one_at_a_time(kind):
-    torch.manual_seed(0)
-    model = (GPT(GPTConfig(vocab_size=60, n_ctx=24, n_embd=16, n_layer=2, n_head=2)) if kind == "gpt"
-             else LSTMLM(LSTMConfig(vocab_size=60, n_ctx=24, n_embd=16, hidden_size=16)))
-    rng = np.random.default_rng(0)
-    prefixes = [rng.integers(0, 60, size=n).tolist() for n in (1, 7, 3, 30, 12)]
-    conts = [rng.integers(0, 60, size=n).tolist() for n in (4, 1, 9, 5, 2)]
-    batched = score_continuations(model, prefixes, conts)
-    single = score_continuations(model, prefixes, conts, batch_tokens=1)  # every row its own batch
-    generic = score_continuations(ForwardOnly(model), prefixes, conts)  # full forward() logits
-    assert batched == pytest.approx(single, abs=1e-5)
-    assert batched == pytest.approx(generic, abs=1e-5)
 
 
 def test_references_must_name_the_metric_each_heuristic_yields():

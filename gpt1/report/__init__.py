@@ -22,7 +22,7 @@ Modules, each importing only those above it:
 
 from gpt1.errors import ReportError
 from gpt1.report.figures import FIGURE_BUILDERS, FIGURES
-from gpt1.report.inputs import Plan, read_finetune_metrics
+from gpt1.report.inputs import ReportPlan, read_finetune_metrics
 from gpt1.report.numbers import paper_average, round_half_up
 from gpt1.report.stage import (
     CURATED_METRICS,
@@ -42,8 +42,8 @@ __all__ = [
     "FIGURE_BUILDERS",
     "SUMMARY_FILE",
     "TABLES",
-    "Plan",
     "ReportError",
+    "ReportPlan",
     "adopt_pipeline_runs",
     "build_report",
     "curated_metrics",

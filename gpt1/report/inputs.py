@@ -45,7 +45,7 @@ CURVE_FIELDS = {
 
 
 @dataclass(frozen=True)
-class Plan:
+class ReportPlan:
     """What params.yaml asks for: the report reads exactly these runs, no more."""
 
     finetune_tasks: tuple[str, ...]
@@ -56,7 +56,7 @@ class Plan:
     pretrain_models: tuple[str, ...]
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Plan:
+    def from_config(cls, cfg: Any) -> ReportPlan:
         root = cfg.root
         keys = (
             "finetune_tasks",
@@ -235,7 +235,7 @@ def finetune_path(results_dir: Path, task: str, variant: str, seed: int) -> Path
     return results_dir / "finetune" / task / variant / str(seed) / "metrics.json"
 
 
-def collect_finetune(results_dir: Path, plan: Plan, pairs: Iterable[tuple[str, str]]) -> Finetuned:
+def collect_finetune(results_dir: Path, plan: ReportPlan, pairs: Iterable[tuple[str, str]]) -> Finetuned:
     """Read (task, variant) for every seed of the plan; a missing file is a gap, a malformed one an error."""
     found = Finetuned()
     for task, variant in dict.fromkeys(pairs):
@@ -319,7 +319,7 @@ def _wanted(paper: Iterable[str], planned: Sequence[str]) -> list[str]:
     return list(dict.fromkeys([*paper, *planned]))
 
 
-def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
+def collect_analyses(results_dir: Path, plan: ReportPlan) -> Analyses:
     """Read what the figures draw; the paper's tasks and models are looked for even when params drops them,
     so that the figure says why a line is absent."""
     found = Analyses()

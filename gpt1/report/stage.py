@@ -21,7 +21,7 @@ from gpt1.report.figures import (
     save_figure,
     zeroshot_points,
 )
-from gpt1.report.inputs import Analyses, Finetuned, Gap, Plan, collect_analyses, collect_finetune, gap_notes
+from gpt1.report.inputs import Analyses, Finetuned, Gap, ReportPlan, collect_analyses, collect_finetune, gap_notes
 from gpt1.report.renderers import RENDERERS, TABLE_FORMATS
 from gpt1.report.tables import TABLES, Table, build_tables, finetune_pairs, load_paper
 
@@ -120,7 +120,7 @@ class ReportContents:
         ]
 
 
-def build_report(plan: Plan, results_dir: Path, paper: Mapping[str, Any] | None = None) -> ReportContents:
+def build_report(plan: ReportPlan, results_dir: Path, paper: Mapping[str, Any] | None = None) -> ReportContents:
     """Read and validate every input, build every table; nothing is written (a malformed input fails here)."""
     paper = paper or load_paper()
     finetuned = collect_finetune(results_dir, plan, finetune_pairs(paper))
@@ -159,7 +159,7 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
 
 def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> ReportContents:
     """The stage without MLflow: read RESULTS for cfg's lists, write OUT/tables and OUT/figures."""
-    report = build_report(Plan.from_config(cfg), Path(results_dir))
+    report = build_report(ReportPlan.from_config(cfg), Path(results_dir))
     write_report(report, Path(out_dir))
     return report
 
@@ -197,7 +197,7 @@ def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> 
     return children
 
 
-def _stage_params(results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
+def _stage_params(results_dir: Path, out_dir: Path, plan: ReportPlan) -> dict[str, Any]:
     return {
         "results_dir": str(results_dir),
         "out_dir": str(out_dir),
@@ -216,7 +216,7 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     from gpt1.tracking import stage_run
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    plan = Plan.from_config(cfg)
+    plan = ReportPlan.from_config(cfg)
     report = build_report(plan, results_dir)  # malformed inputs fail before a run is opened or a file written
     for note in gap_notes(report.gaps):
         print(f"report: gap: {note}")

@@ -27,7 +27,7 @@ from gpt1.errors import ReportError
 from gpt1.metrics import GLUE_COMPONENTS, bootstrap_se, glue_average
 from gpt1.report.inputs import (
     Finetuned,
-    Plan,
+    ReportPlan,
     Run,
     checked_field,
     gap_notes,
@@ -36,7 +36,7 @@ from gpt1.report.inputs import (
 )
 from gpt1.report.numbers import difference, exact_decimal, mean_sd, mean_se, paper_average, round_half_up
 from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES, PairedTest, column_test
-from gpt1.tasks import REPORTED
+from gpt1.tasks import PAPER_NUMBERS
 
 PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
 TABLES = ("table2", "table3", "table4", "table5")
@@ -83,12 +83,12 @@ def make_columns(table: str, spec: Mapping[str, Any]) -> list[Column]:
             columns.append(Column(key, label, None))
         elif table == "table5" and key == "mnli":
             columns.append(Column(key, label, "mnli", GLUE_COMPONENTS["mnli"]))
-        elif key in REPORTED:
-            columns.append(Column(key, label, REPORTED[key].task, ((key, REPORTED[key].metric),)))
+        elif key in PAPER_NUMBERS:
+            columns.append(Column(key, label, PAPER_NUMBERS[key].task, ((key, PAPER_NUMBERS[key].metric),)))
         else:
             raise ReportError(
                 f"{PAPER_FILE}: key 'tables.{table}.columns' names {key!r}, which is not a report of "
-                f"gpt1/tasks.py (valid: {', '.join(REPORTED)}, {', '.join(COMPUTED_COLUMNS)})"
+                f"gpt1/tasks.py (valid: {', '.join(PAPER_NUMBERS)}, {', '.join(COMPUTED_COLUMNS)})"
             )
     if spec.get("average"):
         columns.append(Column(spec["average"], "Avg", None))
@@ -218,7 +218,7 @@ def split_notes(column: Column, runs: Mapping[int, Run], beside_paper: bool = Tr
         if first.is_paper_split:
             paper = "the paper's split"
         else:
-            paper = f"the paper: {first.paper_split} ({REPORTED[report].via})"
+            paper = f"the paper: {first.paper_split} ({PAPER_NUMBERS[report].via})"
         notes.append(f"{report}: evaluated on {where}" + (f"; {paper}" if beside_paper else ""))
     return notes
 
@@ -325,7 +325,7 @@ def table_notes(name: str, paper: Mapping[str, Any], seeds: Sequence[int]) -> li
     return [" ".join(n.split()) for n in notes]
 
 
-def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan) -> Table:
+def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportPlan) -> Table:
     """Tables 2-4: the paper's rows, then ours (pretrained) and ours (no pre-training)."""
     spec = paper["tables"][name]
     columns = make_columns(name, spec)
@@ -361,7 +361,7 @@ def ablation_tests(
     return tests, untested
 
 
-def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> Table:
+def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportPlan, results_dir: Path) -> Table:
     """Table 5: each paper row, our row of the same variant right under it; then the paired tests."""
     spec = paper["tables"]["table5"]
     columns = make_columns("table5", spec)
@@ -395,7 +395,7 @@ def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(pairs))
 
 
-def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> list[Table]:
+def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportPlan, results_dir: Path) -> list[Table]:
     return [
         *(main_table(n, paper, finetuned, plan) for n in TABLES[:3]),
         ablation_table(paper, finetuned, plan, results_dir),

@@ -4,7 +4,7 @@
 
 rule zeroshot:
     input:
-        code=code("zeroshot", "tasks", "metrics", "model", "checkpoints", "runtime", "tokenizer", "task_fixtures"),
+        code=code("zeroshot"),
         weights=out("pretrain", "{model}", "model.safetensors"),
         config=out("pretrain", "{model}", "model.json"),
         # ancient(): `dvc commit` relinks the files of this folder, which touches its mtime; a new pre-training
@@ -36,9 +36,7 @@ rule zeroshot:
 
 rule layers:
     input:
-        code=code(
-            "layers", "finetune", "taskdata", "tasks", "metrics", "model", "checkpoints", "runtime", "tokenizer", "task_fixtures"
-        ),
+        code=code("layers"),
         weights=out("pretrain", "gpt", "model.safetensors"),
         config=out("pretrain", "gpt", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),

@@ -7,6 +7,7 @@ import yaml
 from snakemake.settings.types import DeploymentMethod
 
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
+from gpt1.codedeps import stage_code  # noqa: E402
 from gpt1.config import ConfigError, validate as validate_params, yaml12_floats  # noqa: E402
 
 # `configfile:` reads YAML 1.1, where `lr: 1e-3` is the string '1e-3'; params.yaml means YAML 1.2 (as DVC and the
@@ -68,9 +69,10 @@ def log_file(name):
     return out("logs", f"{name}.log")
 
 
-def code(*modules):
-    """The package modules a stage runs: a change to them reruns the stage (in DVC too)."""
-    return [f"gpt1/{m}.py" for m in modules]
+def code(command):
+    """The package files `gpt1 <command>` may run, derived from its imports (gpt1.codedeps): a change to any of
+    them reruns the rule. dvc.yaml lists the same files (tools/dvc_code_deps.py --write; tests/test_codedeps.py)."""
+    return stage_code(command)
 
 
 def folder_of_input(name):

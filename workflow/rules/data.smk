@@ -3,7 +3,7 @@
 
 rule fetch:
     input:
-        code=code("corpus", "sources"),
+        code=code("fetch"),
     output:
         raw=out("corpus", "raw.jsonl"),
         manifest=out("corpus", "raw.manifest.json"),
@@ -22,7 +22,7 @@ rule fetch:
 
 rule clean:
     input:
-        code=code("corpus"),
+        code=code("clean"),
         raw=out("corpus", "raw.jsonl"),
         manifest=out("corpus", "raw.manifest.json"),
     output:
@@ -45,7 +45,7 @@ rule clean:
 
 rule bpe:
     input:
-        code=code("tokenizer"),
+        code=code("bpe"),
         train=out("corpus", "train.jsonl"),
         manifest=out("corpus", "manifest.json"),
     output:
@@ -68,7 +68,7 @@ rule bpe:
 
 rule encode:
     input:
-        code=code("ids", "tokenizer"),
+        code=code("encode"),
         tokenizer=out("tokenizer", "tokenizer.json"),
         meta=out("tokenizer", "gpt1_tokenizer.json"),
         train=out("corpus", "train.jsonl"),

@@ -4,7 +4,7 @@
 
 rule encode_task:
     input:
-        code=code("encode_task", "taskdata", "tasks", "tokenizer", "task_fixtures", "sources"),
+        code=code("encode-task"),
         tokenizer=out("tokenizer", "tokenizer.json"),
         meta=out("tokenizer", "gpt1_tokenizer.json"),
     output:
@@ -31,7 +31,7 @@ rule encode_task:
 
 rule finetune:
     input:
-        code=code("finetune", "taskdata", "tasks", "metrics", "model", "checkpoints", "runtime", "tokenizer", "task_fixtures"),
+        code=code("finetune"),
         weights=out("pretrain", "gpt", "model.safetensors"),
         config=out("pretrain", "gpt", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),
@@ -92,7 +92,7 @@ use rule finetune as ablation_no_aux with:
 # ... and the LSTM language model with the auxiliary LM, fine-tuned through the same task code.
 use rule ablation_no_aux as ablation_lstm with:
     input:
-        code=code("finetune", "taskdata", "tasks", "metrics", "model", "checkpoints", "runtime", "tokenizer", "task_fixtures"),
+        code=code("finetune"),
         weights=out("pretrain", "lstm", "model.safetensors"),
         config=out("pretrain", "lstm", "model.json"),
         tokenizer=out("tokenizer", "tokenizer.json"),

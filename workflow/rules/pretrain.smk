@@ -4,7 +4,7 @@
 
 rule pretrain:
     input:
-        code=code("pretrain", "model", "checkpoints", "resume", "runtime"),
+        code=code("pretrain"),
         train=out("ids", "train.bin"),
         train_header=out("ids", "train.json"),
         validation=out("ids", "validation.bin"),

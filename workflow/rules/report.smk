@@ -6,18 +6,7 @@ FIGURES = ["figure2_left", "figure2_right", "pretraining"]
 
 rule report:
     input:
-        code=code(
-            "report/__init__",
-            "report/numbers",
-            "report/inputs",
-            "report/tables",
-            "report/renderers",
-            "report/figures",
-            "report/stage",
-            "significance",
-            "metrics",
-        ),
-        paper="gpt1/paper.yaml",
+        code=code("report"),  # gpt1/paper.yaml among them
         # metrics for the cells; predictions for Table 5's paired tests
         finetune=[f for f in finetune_outputs() if f.endswith(("metrics.json", "predictions.jsonl"))],
         analyses=analysis_outputs(),

@@ -19,7 +19,7 @@ from typing import Any
 import datasets
 
 from gpt1.errors import Gpt1Error
-from gpt1.fixtures import ADJECTIVES, NAMES, NOUNS, PLACES, VERBS
+from gpt1.synthetic.corpus import ADJECTIVES, NAMES, NOUNS, PLACES, VERBS
 
 Row = dict[str, Any]
 POSITIVE = ["wonderful", "charming", "moving", "brilliant", "delightful", "warm", "funny", "clever", "tender"]
@@ -32,7 +32,7 @@ ANIMATE_REASONS = ["hungry", "tired", "curious", "angry"]  # the pronoun refers 
 THING_REASONS = ["heavy", "broken", "slippery", "empty"]  # ... or to the second (a thing)
 
 
-class FixtureError(Gpt1Error):
+class SyntheticDataError(Gpt1Error):
     pass
 
 
@@ -236,8 +236,8 @@ def _hub_splits(path: str, config: str) -> tuple[str, ...]:
     for spec in TASKS.values():
         if spec.path == path and config in spec.configs:
             return spec.splits
-    raise FixtureError(f"synthetic data: no registered task reads {path} ({config}); "
-                       f"known: {', '.join(f'{p} ({c})' for p, c in FEATURES)}")
+    raise SyntheticDataError(f"synthetic data: no registered task reads {path} ({config}); "
+                             f"known: {', '.join(f'{p} ({c})' for p, c in FEATURES)}")
 
 
 def _rows(path: str, config: str, split: str, rows: int, rng: random.Random) -> list[Row]:
@@ -265,9 +265,10 @@ def synthetic_split(path: str, config: str | None, split: str, rows: int = 64, s
     config = config or "default"
     splits = _hub_splits(path, config)
     if split not in splits:
-        raise FixtureError(f"synthetic data: {path} ({config}) has no split {split!r}; hub splits: {', '.join(splits)}")
+        raise SyntheticDataError(f"synthetic data: {path} ({config}) has no split {split!r}; "
+                                 f"hub splits: {', '.join(splits)}")
     if rows < 1:
-        raise FixtureError(f"synthetic data: rows must be at least 1, got {rows}")
+        raise SyntheticDataError(f"synthetic data: rows must be at least 1, got {rows}")
     # A stable per-split seed (crc32, not hash(), which changes between processes).
     rng = random.Random(zlib.crc32(f"{seed}|{path}|{config}|{split}".encode()))
     records = _rows(path, config, split, rows, rng)

@@ -1,4 +1,4 @@
-"""Small data the project makes itself, for the smoke profile and the tests (never copied from a dataset).
+"""The smoke profile's corpus, made by the project (never copied from a dataset); the tests train on it too.
 
 A tiny stochastic grammar writes English-like stories: enough regularity for a language model to learn in
 seconds, with the punctuation, quotes, contractions and numbers that exercise the tokenizer.

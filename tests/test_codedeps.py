@@ -1,0 +1,175 @@
+"""Each stage's code inputs are derived from the package's imports (gpt1.codedeps), and both engines declare exactly
+them: Snakemake computes them (common.smk's `code()`), dvc.yaml lists them (tools/dvc_code_deps.py writes them)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_dag import snakemake_stages, workspace
+
+from gpt1.codedeps import CodeDepsError, cli_commands, import_closure, stage_code
+
+REPO = Path(__file__).resolve().parents[1]
+TOOL = REPO / "tools" / "dvc_code_deps.py"
+PROFILE = yaml.safe_load((REPO / "params.yaml").read_text())["profile"]
+CLI_BASE = ["__init__.py", "__main__.py", "boundary.py", "cli.py", "config.py", "errors.py", "files.py",
+            "params.schema.yaml", "preflight.py", "tracking.py"]  # what every `python -m gpt1 <stage>` imports
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("dvc_code_deps", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root / "gpt1"
+
+
+def toy_package(tmp_path: Path) -> Path:
+    """A package named gpt1 with one import of every kind the closure must follow, and files it must not reach."""
+    return write_package(tmp_path, {
+        "gpt1/__init__.py": "",
+        "gpt1/__main__.py": "from gpt1.cli import main\n",
+        "gpt1/cli.py": (
+            "from gpt1 import base\n\n"
+            "def _one(cfg, a):\n    from gpt1.one import run\n\n"
+            "def _two(cfg, a):\n    import gpt1.two\n\n"
+            "def build(sub):\n    _stage(sub, 'one', 'help', _one)\n    _stage(sub, 'two', 'help', _two)\n"
+        ),
+        "gpt1/base.py": "X = 1\n",
+        "gpt1/one.py": "def run():\n    from gpt1.sub.leaf import f  # lazy\n    from gpt1 import lazy_sibling\n",
+        "gpt1/lazy_sibling.py": "",
+        "gpt1/sub/__init__.py": "",
+        "gpt1/sub/leaf.py": "from . import near\nfrom ..far import g\n",
+        "gpt1/sub/near.py": "",
+        "gpt1/far.py": "import gpt1.reads_data as r\nimport json\n",
+        "gpt1/reads_data.py": "from pathlib import Path\nDATA = Path(__file__).with_name('table.yaml')\n",
+        "gpt1/table.yaml": "a: 1\n",
+        "gpt1/two.py": "",
+        "gpt1/unused.py": "",
+    })  # fmt: skip
+
+
+def test_closure_follows_lazy_relative_and_package_imports(tmp_path):
+    package = toy_package(tmp_path)
+    assert cli_commands(package) == {"one": "_one", "two": "_two"}
+    assert stage_code("one", package) == sorted(f"gpt1/{name}" for name in [
+        "__init__.py", "__main__.py", "cli.py", "base.py", "one.py", "lazy_sibling.py", "sub/__init__.py",
+        "sub/leaf.py", "sub/near.py", "far.py", "reads_data.py", "table.yaml"])  # fmt: skip
+    # the other command's dispatch function is not followed
+    assert "gpt1/two.py" in stage_code("two", package)
+    assert "gpt1/one.py" not in stage_code("two", package)
+    assert import_closure(["gpt1.sub.near"], package) == ["gpt1/__init__.py", "gpt1/sub/__init__.py",
+                                                          "gpt1/sub/near.py"]
+    with pytest.raises(CodeDepsError, match="no such stage command"):
+        stage_code("three", package)
+
+
+def test_every_stage_runs_the_cli_and_its_own_module():
+    own = {"fetch": "corpus.py", "clean": "corpus.py", "bpe": "tokenizer.py", "encode": "ids.py",
+           "pretrain": "pretrain.py", "encode-task": "encode_task.py", "finetune": "finetune.py",
+           "layers": "layers.py", "zeroshot": "zeroshot.py", "report": "report/stage.py"}  # fmt: skip
+    for command, module in own.items():
+        files = stage_code(command)
+        assert {f"gpt1/{m}" for m in [*CLI_BASE, module]} <= set(files), command
+        assert all((REPO / f).is_file() for f in files), command
+    assert "gpt1/paper.yaml" in stage_code("report")
+
+
+def mismatch(name: str, listed: list[str], derived: list[str]) -> str:
+    missing, extra = sorted(set(derived) - set(listed)), sorted(set(listed) - set(derived))
+    return f"{name}: missing {missing}, extra {extra} (refresh dvc.yaml: python {TOOL.relative_to(REPO)} --write)"
+
+
+def test_dvc_code_deps_are_the_derived_closure():
+    tool = load_tool()
+    text = (REPO / "dvc.yaml").read_text()
+    listed, commands = tool.code_deps(text), tool.stage_commands(text)
+    assert commands["ablation_lstm"] == "finetune" and commands["encode_task"] == "encode-task"
+    for name, command in commands.items():
+        derived = stage_code(command)
+        assert listed[name] == derived, mismatch(name, listed[name], derived)
+
+
+def test_snakemake_code_inputs_are_the_derived_closure(tmp_path):
+    tool = load_tool()
+    stages = snakemake_stages(workspace(tmp_path, PROFILE), PROFILE)
+    rules = {name.partition("@")[0] for name in stages}
+    assert rules == set(tool.stage_commands((REPO / "dvc.yaml").read_text()))
+    for name, stage in stages.items():
+        code = sorted(dep for dep in stage["deps"] if dep.startswith("gpt1/"))
+        derived = stage_code(tool.command_of(stage["cmd"]))
+        assert code == derived, mismatch(name, code, derived)
+
+
+def test_an_import_without_its_file_fails_the_check(tmp_path):
+    """Adding one import to tokenizer.py puts its file in the closure of every stage that runs tokenizer.py, and
+    dvc.yaml then misses it until --write."""
+    package = tmp_path / "gpt1"
+    shutil.copytree(REPO / "gpt1", package, ignore=shutil.ignore_patterns("__pycache__"))
+    with (package / "tokenizer.py").open("a") as handle:
+        handle.write("\n\ndef _added() -> None:\n    from gpt1 import significance  # noqa: F401\n")
+    assert "gpt1/significance.py" in stage_code("clean", package)
+    tool = load_tool()
+    text = (REPO / "dvc.yaml").read_text()
+    found = tool.differences(text, package)
+    for stage in ("fetch", "clean", "bpe", "encode"):  # significance.py and the metrics.py it imports
+        assert found[stage] == (["gpt1/metrics.py", "gpt1/significance.py"], []), stage
+    assert "report" not in found  # the report does not run tokenizer.py
+    assert tool.differences(tool.rewrite(text, package), package) == {}
+
+
+def test_tool_check_and_write_keep_the_rest_of_dvc_yaml(tmp_path):
+    original = (REPO / "dvc.yaml").read_text()
+    broken = original.replace("      - gpt1/tokenizer.py\n", "", 1).replace(
+        "      - gpt1/errors.py\n", "      - gpt1/errors.py\n      - gpt1/layers.py\n", 1)
+    path = tmp_path / "dvc.yaml"
+    path.write_text(broken)
+    run = [sys.executable, str(TOOL), "--dvc-yaml", str(path)]
+    check = subprocess.run([*run, "--check"], capture_output=True, text=True)
+    assert check.returncode == 1
+    assert "stage fetch: missing ['gpt1/tokenizer.py'], extra ['gpt1/layers.py']" in check.stderr
+    subprocess.run([*run, "--write"], check=True)
+    assert path.read_text() == original
+    assert subprocess.run([*run, "--check"]).returncode == 0
+
+
+def test_changing_tokenizer_reruns_clean_in_both_engines(tmp_path):
+    """gpt1/tokenizer.py is a code input of clean in dvc.yaml, and Snakemake plans clean again once it is newer
+    than clean's outputs (a dry run over stand-in files: nothing runs)."""
+    assert "gpt1/tokenizer.py" in stage_code("clean")
+    clean = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["clean"]
+    assert "gpt1/tokenizer.py" in clean["deps"]
+    root = workspace(tmp_path, "smoke")
+    corpus = root / "results" / "smoke" / "corpus"
+    corpus.mkdir(parents=True)
+    names = ["raw.jsonl", "raw.manifest.json", "train.jsonl", "validation.jsonl", "manifest.json"]
+    for age, name in enumerate(names):  # each file newer than the one before: everything up to date
+        (corpus / name).write_text("{}\n")
+        os.utime(corpus / name, (1_000_000 + age, 1_000_000 + age))
+    for path in root.joinpath("gpt1").rglob("*"):
+        os.utime(path, (999_000, 999_000))
+    target = "results/smoke/corpus/train.jsonl"
+    dry_run = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--rerun-triggers", "mtime", "--", target]
+
+    def planned() -> str:
+        out = subprocess.run(dry_run, cwd=root, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        return out.stdout + out.stderr
+
+    assert "Nothing to be done" in planned()
+    os.utime(root / "gpt1" / "tokenizer.py")  # edited now
+    plan = planned()
+    assert "rule clean:" in plan and "gpt1/tokenizer.py" in plan
