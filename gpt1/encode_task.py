@@ -11,6 +11,7 @@ from typing import Any
 
 from gpt1.taskdata import (
     ENCODE_STAGE,
+    ENCODED_JSON,
     TaskDataError,
     data_settings,
     data_source,
@@ -44,6 +45,7 @@ def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -
         run.set_tags({"gpt1.task": task, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
         data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
         header = write_encoded(Path(out_dir), spec, data, tokenizer.fingerprint(), n_ctx, settings)
+        run.log_artifact(Path(out_dir) / ENCODED_JSON)  # what was encoded; the examples stay in the DVC cache
         for context, part in [("train", data.train), *(("eval", p) for p in data.evals)]:
             run.log_dataset(f"{task}/{part.name}", part_source(spec, part), part_sha256(part), context)
             key = f"{context}.{part.split}"  # MLflow keys take no brackets: the split, not the cut

@@ -131,6 +131,7 @@ def test_the_stage_writes_both_files_and_logs_a_run(tok: GPT1Tokenizer, tmp_path
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     run = next(r for r in runs if r.data.tags.get("gpt1.stage") == "encode_task")
     assert run.info.run_name == "encode_task qnli" and run.data.metrics["train.train.examples"] == 20
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == [ENCODED_JSON]
 
 
 def test_the_stage_refuses_an_analysis_dataset(tok: GPT1Tokenizer, tmp_path: Path) -> None:
