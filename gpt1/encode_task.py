@@ -12,15 +12,14 @@ from typing import Any
 from gpt1.taskdata import (
     ENCODE_STAGE,
     ENCODED_JSON,
-    TaskDataError,
     data_settings,
     data_source,
+    finetune_task,
     part_sha256,
     part_source,
     plan_task_data,
     write_encoded,
 )
-from gpt1.tasks import FINETUNE_TASKS, get_task
 from gpt1.tokenizer import GPT1Tokenizer
 
 
@@ -29,11 +28,7 @@ def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -
     train cut and caps, the pipeline's tokenizer and the model's n_ctx; one MLflow run."""
     from gpt1.tracking import stage_run
 
-    if task not in FINETUNE_TASKS:
-        get_task(task)  # an unknown name: the registry's error lists every task
-        raise TaskDataError(f"--task {task!r} is an analysis dataset, never fine-tuned; valid: "
-                            f"{', '.join(FINETUNE_TASKS)}")
-    spec = get_task(task)
+    spec = finetune_task(task)
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)
     n_ctx = cfg.section("model")["n_ctx"]
     finetune = cfg.section("finetune")

@@ -66,6 +66,7 @@ from gpt1.taskdata import (
     carve_selection,
     data_settings,
     data_source,
+    finetune_task,
     narrow,
     part_sha256,
     part_source,
@@ -74,12 +75,10 @@ from gpt1.taskdata import (
     train_cut,
 )
 from gpt1.tasks import (
-    FINETUNE_TASKS,
     Cut,
     Example,
     ReportSpec,
     TaskSpec,
-    get_task,
     report_examples,
 )
 from gpt1.tokenizer import FINETUNE_SPECIALS, META_FILE, GPT1Tokenizer
@@ -122,14 +121,6 @@ def get_variant(name: str) -> Variant:
     if name not in VARIANTS:
         raise FinetuneError(f"--variant {name!r} is unknown; valid: {', '.join(VARIANTS)}")
     return VARIANTS[name]
-
-
-def _task(name: str) -> TaskSpec:
-    if name not in FINETUNE_TASKS:
-        get_task(name)  # an unknown name: TaskError listing every registered task
-        raise FinetuneError(f"--task {name!r} is an analysis dataset (zero-shot), not fine-tuned; "
-                            f"valid: {', '.join(FINETUNE_TASKS)}")
-    return get_task(name)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -398,7 +389,7 @@ def prepare_job(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: st
     here; `max_train_examples` / `max_eval_examples` narrow them further (the layer runs). `present` overrides the
     splits the data source is taken to hold (default: what the source has)."""
     started = time.perf_counter()
-    spec, chosen = _task(task), get_variant(variant)
+    spec, chosen = finetune_task(task), get_variant(variant)
     finetune = cfg.section("finetune")
     if transfer_layers is not None and (chosen.init == "random" or chosen.model_kind == "lstm"):
         raise FinetuneError(f"transfer_layers applies to a pre-trained GPT, not to variant {chosen.name}")

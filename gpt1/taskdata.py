@@ -24,6 +24,7 @@ import numpy as np
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_jsonl, read_sealed_json, staged_outputs, verify_file, write_sealed_json
 from gpt1.tasks import (
+    FINETUNE_TASKS,
     Cut,
     Example,
     LoadedSplit,
@@ -32,6 +33,7 @@ from gpt1.tasks import (
     Transformed,
     cap_positions,
     evaluation_split,
+    get_task,
     load_examples,
     mirror_splits,
     transform_batch,
@@ -99,6 +101,15 @@ class DataSource:
 
 
 # ---------------------------------------------------------------------------------------------------- planning
+
+
+def finetune_task(name: str) -> TaskSpec:
+    """The spec of a task that is fine-tuned (not an analysis dataset such as DPR), or a one-line refusal."""
+    if name not in FINETUNE_TASKS:
+        get_task(name)  # an unknown name: TaskError listing every registered task
+        raise TaskDataError(f"--task {name!r} is an analysis dataset (zero-shot), not fine-tuned; "
+                            f"valid: {', '.join(FINETUNE_TASKS)}")
+    return get_task(name)
 
 
 def train_cut(spec: TaskSpec, train_cuts: dict[str, Any] | None) -> Cut | None:
