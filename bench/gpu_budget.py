@@ -29,6 +29,7 @@ from common import MIRROR, REPO, machine
 from gpt1.config import Config, load_config
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pretrain import flops_per_token
+from gpt1.taskdata import train_cap
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
 from gpt1.tokenizer import GPT1Tokenizer, load_released
 
@@ -191,7 +192,7 @@ def main() -> None:
     finetune, no_aux, lstm_line = Line("finetune (12 tasks x 2 variants)"), Line("ablation_no_aux"), Line(
         "ablation_lstm")
     for task, (train, evaluated) in HUB_SPLITS.items():
-        train_n, eval_n = capped(train, ft["max_train_examples"]), capped(evaluated, ft["max_eval_examples"])
+        train_n, eval_n = capped(train, train_cap(get_task(task), ft)), capped(evaluated, ft["max_eval_examples"])
         for _ in range(2):  # pretrained, scratch: the same work
             finetune_cost(finetune, gpt, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
         if task in GLUE8:

@@ -26,18 +26,18 @@ HOLDOUT_FRACTION = 0.2
 RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"
 
 
-def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int):
+def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]):
     """A fine-tuning job trained on `size` examples of train[0%:80%], evaluated on train[80%:100%] instead of the
-    task's reported split."""
+    task's reported split; `extra`: params overrides (e.g. finetune.lr=1e-3) applied last."""
     from gpt1.config import load_config
     from gpt1.finetune import prepare_job
     from gpt1.taskdata import EvalPart, data_source, load_part
     from gpt1.tasks import Cut, get_task
 
     spec = get_task(task)
-    overrides = [f"finetune.max_train_examples={size}", f"finetune.epochs={epochs}",
-                 f"finetune.max_eval_examples={holdout}",
-                 f"finetune.train_cuts.{task}={{split: train, fraction: {1 - HOLDOUT_FRACTION}, seed: 0}}"]
+    overrides = [f"finetune.max_train_examples={size}", "finetune.train_examples_by_task={}",
+                 f"finetune.epochs={epochs}", f"finetune.max_eval_examples={holdout}",
+                 f"finetune.train_cuts.{task}={{split: train, fraction: {1 - HOLDOUT_FRACTION}, seed: 0}}", *extra]
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
     job = prepare_job(cfg, task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
@@ -49,13 +49,13 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     return job, reports[0].name
 
 
-def run_point(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int) -> dict:
+def run_point(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]) -> dict:
     from gpt1.finetune import finetune_job
     from gpt1.metrics import bootstrap_se
     from gpt1.tasks import get_task
 
     start = time.perf_counter()
-    job, report = holdout_job(task, variant, size, epochs, holdout, seed)
+    job, report = holdout_job(task, variant, size, epochs, holdout, seed, extra)
     result = finetune_job(job)
     seconds = time.perf_counter() - start
     spec = get_task(task)
@@ -66,7 +66,7 @@ def run_point(task: str, variant: str, size: int, epochs: int, holdout: int, see
             "seed": seed, "metric": spec.paper_metric, "score": score, "se": se, "holdout_examples": len(lines),
             "updates": result.metrics["updates"], "seconds": seconds,
             "threads": int(os.environ.get("OMP_NUM_THREADS", "0")), "machine": machine(),
-            "recipe": dataclasses.asdict(job.recipe)}
+            "recipe": dataclasses.asdict(job.recipe), "overrides": extra}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,8 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", default="3")
     parser.add_argument("--holdout", type=int, default=1000, help="held-out training examples scored, at most")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a params override for every point, e.g. finetune.lr=1e-3 (repeatable)")
     args = parser.parse_args(argv)
-    print(f"{machine()}; held-out {HOLDOUT_FRACTION:.0%} of each training split (at most {args.holdout} examples)")
+    print(f"{machine()}; held-out {HOLDOUT_FRACTION:.0%} of each training split (at most {args.holdout} examples); "
+          f"overrides: {args.set or 'none'}")
     print("| task | variant | train examples | epochs | score ± SE | updates | seconds |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     RESULTS.parent.mkdir(exist_ok=True)
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         for variant in args.variants.split(","):
             for epochs in map(int, args.epochs.split(",")):
                 for size in map(int, args.sizes.split(",")):
-                    point = run_point(task, variant, size, epochs, args.holdout, args.seed)
+                    point = run_point(task, variant, size, epochs, args.holdout, args.seed, args.set)
                     with open(RESULTS, "a") as handle:
                         handle.write(json.dumps(point) + "\n")
                     print(f"| {task} | {variant} | {point['train_examples']} | {epochs} | "

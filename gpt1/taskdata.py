@@ -43,7 +43,6 @@ DATA_SEED = 0
 SELECT_BEST_EPOCH = frozenset({"story_cloze"})  # no training split to spare: pick the best epoch on a slice
 SELECTION_FRACTION = 0.1
 # The settings that decide which examples a task's jobs see, and so what the encoded examples hold.
-DATA_KEYS = ("max_train_examples", "max_eval_examples")
 ENCODED_JSON = "encoded.json"
 EXAMPLES_FILE = "examples.jsonl"
 ENCODE_STAGE = "encode_task"
@@ -159,12 +158,17 @@ def load_part(spec: TaskSpec, role: str, split: str, cut: Cut | None, cap: int |
     return Part(loaded, transform_batch(spec, loaded.examples, tokenizer, n_ctx), split, cut)
 
 
+def train_cap(spec: TaskSpec, settings: dict[str, Any]) -> int | None:
+    """How many training examples a task keeps: its entry in `train_examples_by_task`, else `max_train_examples`."""
+    return (settings.get("train_examples_by_task") or {}).get(spec.name, settings["max_train_examples"])
+
+
 def plan_task_data(spec: TaskSpec, settings: dict[str, Any], source: DataSource, tokenizer: Any, n_ctx: int
                    ) -> TaskData:
     """Load and transform a task's training part and every evaluation part, with the caps of `settings` (the
-    fine-tuning section: train_cuts, max_train_examples, max_eval_examples)."""
+    fine-tuning section: train_cuts, max_train_examples, train_examples_by_task, max_eval_examples)."""
     cut = train_cut(spec, settings.get("train_cuts"))
-    train = load_part(spec, "train", cut.split if cut else spec.train, cut, settings["max_train_examples"], source,
+    train = load_part(spec, "train", cut.split if cut else spec.train, cut, train_cap(spec, settings), source,
                       tokenizer, n_ctx)
     evals = []
     for split, rest, reports in eval_plan(spec, source.present, cut):
@@ -204,7 +208,8 @@ def carve_selection(spec: TaskSpec, train: Part) -> tuple[Part, Part | None]:
 def data_settings(spec: TaskSpec, settings: dict[str, Any], source: DataSource) -> dict[str, Any]:
     """The settings that decide a task's examples, as recorded beside the encoded examples and checked by jobs."""
     cut = (settings.get("train_cuts") or {}).get(spec.name)
-    return {"train_cut": cut, **{key: settings[key] for key in DATA_KEYS},
+    return {"train_cut": cut, "max_train_examples": train_cap(spec, settings),
+            "max_eval_examples": settings["max_eval_examples"],
             "source": {"synthetic": source.synthetic, "present": source.present}}
 
 

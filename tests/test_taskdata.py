@@ -22,6 +22,7 @@ from gpt1.taskdata import (
     narrow,
     plan_task_data,
     read_encoded,
+    train_cap,
     write_encoded,
 )
 from gpt1.tasks import get_task
@@ -85,6 +86,16 @@ def test_encoded_examples_of_another_tokenizer_context_or_setting_are_refused(to
     other = planned("rte", tok, smoke_settings("finetune.max_train_examples=10"))[1]
     with pytest.raises(TaskDataError, match=r"encoded with max_train_examples=20, but the job's settings say 10"):
         read_encoded(tmp_path, spec, tok.fingerprint(), N_CTX, other)
+
+
+def test_a_task_of_train_examples_by_task_keeps_its_own_cap(tok: GPT1Tokenizer) -> None:
+    settings = smoke_settings("finetune.train_examples_by_task={sst2: 30}")
+    assert train_cap(get_task("sst2"), settings) == 30 and train_cap(get_task("cola"), settings) == 20
+    sst2, recorded = planned("sst2", tok, settings)
+    assert len(sst2.train.examples) == 30 and recorded["max_train_examples"] == 30
+    cola, recorded = planned("cola", tok, settings)
+    assert len(cola.train.examples) == 20 and recorded["max_train_examples"] == 20
+    assert len(sst2.evals[0].examples) == len(cola.evals[0].examples) == 12  # evaluation caps are not per task
 
 
 def test_an_edited_or_missing_examples_file_is_refused(tok: GPT1Tokenizer, tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def data_outputs():
 
 
 # The fine-tuning settings that decide which examples the encode_task stage writes (params of that rule alone).
-TASK_DATA_KEYS = ["train_cuts", "max_train_examples", "max_eval_examples"]
+TASK_DATA_KEYS = ["train_cuts", "max_train_examples", "train_examples_by_task", "max_eval_examples"]
 
 
 def task_data_outputs():
