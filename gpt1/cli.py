@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpt1.boundary import killable, report
-from gpt1.config import ConfigError, load_config
+from gpt1.config import load_config
+from gpt1.errors import ConfigError
 from gpt1.preflight import check_stage
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "

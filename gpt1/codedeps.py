@@ -15,14 +15,12 @@ import functools
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from gpt1.errors import CodeDepsError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 ENTRY = "__main__"  # `python -m gpt1`: the engines' stage command
 CLI = "cli"
 STAGE_REGISTRAR = "_stage"  # cli.py's `_stage(sub, "<command>", help, <dispatch function>, ...)`
-
-
-class CodeDepsError(Exception):
-    """The CLI does not declare the command asked for (a typo in a rule, or a command renamed)."""
 
 
 def _module_name(path: Path, package_dir: Path) -> str:

@@ -16,16 +16,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
 MIRROR_ENV = "GPT1_DATA_MIRROR"
 DTYPE_MAX_VOCAB = {"uint16": 2**16, "uint32": 2**32}
 N_SPECIAL_TOKENS = 4  # <unk> plus the start, delimiter and extract tokens of fine-tuning
-
-
-class ConfigError(Gpt1Error):
-    """A one-line message naming the key and what would be valid."""
 
 
 FLOAT_TAG = "tag:yaml.org,2002:float"

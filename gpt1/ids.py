@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from gpt1.config import DTYPE_MAX_VOCAB
-from gpt1.errors import Gpt1Error
+from gpt1.errors import IdsError
 from gpt1.files import (
     file_record,
     pool_size,
@@ -30,10 +30,6 @@ from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
 
 HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer",
                "bytes", "sha256")  # the last two: size and sha256 of the .bin file
-
-
-class IdsError(Gpt1Error):
-    pass
 
 
 @cache

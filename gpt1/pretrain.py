@@ -59,7 +59,7 @@ from gpt1.checkpoints import (
     snapshot_name,
     weights_metadata,
 )
-from gpt1.errors import Gpt1Error
+from gpt1.errors import PretrainError
 from gpt1.files import file_record, staged_outputs, without_timings, write_json, write_sealed_json
 from gpt1.ids import TokenIds, load_ids
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
@@ -80,10 +80,6 @@ METRICS_FILE = "metrics.json"
 CURVES_FILE = "curves.csv"
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
 VALIDATION_SEED_OFFSET = 1_000_003  # validation windows come from their own stream, not the training one
-
-
-class PretrainError(Gpt1Error):
-    pass
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers.models import BPE
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import TokenizerError
 from gpt1.files import pool_size, sha256_text
 
 UNK = "<unk>"
@@ -30,10 +30,6 @@ FINETUNE_SPECIALS = ("_start_", "_delimiter_", "_classify_")
 PRETOKENIZERS = ("spacy", "fast")
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "gpt1_tokenizer.json"
-
-
-class TokenizerError(Gpt1Error):
-    pass
 
 
 def standardize(text: str) -> str:

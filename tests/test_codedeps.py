@@ -14,7 +14,8 @@ import pytest
 import yaml
 from test_dag import snakemake_stages, workspace
 
-from gpt1.codedeps import CodeDepsError, cli_commands, import_closure, stage_code
+from gpt1.codedeps import cli_commands, import_closure, stage_code
+from gpt1.errors import CodeDepsError
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "dvc_code_deps.py"

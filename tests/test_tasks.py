@@ -6,17 +6,16 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, SyntheticDataError, TaskError
 from gpt1.sources import DatasetRef, mirror_file
 from gpt1.synthetic.corpus import synthetic_corpus
-from gpt1.synthetic.tasks import FEATURES, SyntheticDataError, synthetic_split
+from gpt1.synthetic.tasks import FEATURES, synthetic_split
 from gpt1.tasks import (
     FINETUNE_TASKS,
     PAPER_NUMBERS,
     TASKS,
     Cut,
     Example,
-    TaskError,
     evaluation_split,
     get_task,
     load_examples,

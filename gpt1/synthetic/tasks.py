@@ -18,7 +18,7 @@ from typing import Any
 
 import datasets
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import SyntheticDataError
 from gpt1.synthetic.corpus import ADJECTIVES, NAMES, NOUNS, PLACES, VERBS
 
 Row = dict[str, Any]
@@ -30,10 +30,6 @@ ANIMATE = ["dog", "child", "farmer", "sailor", "cat", "teacher"]
 THINGS = ["ball", "bucket", "ladder", "parcel", "basket", "stone"]
 ANIMATE_REASONS = ["hungry", "tired", "curious", "angry"]  # the pronoun refers to the first (animate) candidate
 THING_REASONS = ["heavy", "broken", "slippery", "empty"]  # ... or to the second (a thing)
-
-
-class SyntheticDataError(Gpt1Error):
-    pass
 
 
 def _glue_features(text: tuple[str, ...], label: datasets.ClassLabel | datasets.Value) -> datasets.Features:
