@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
@@ -27,6 +27,9 @@ from gpt1.files import (
     write_json,
 )
 from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
+
+if TYPE_CHECKING:
+    import torch
 
 HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer",
                "bytes", "sha256")  # the last two: size and sha256 of the .bin file
@@ -159,3 +162,45 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
             headers[split] = header
         run.set_tags({"gpt1.tokenizer_sha256": headers["train"]["tokenizer_sha256"]})
     return headers
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training windows: random contiguous windows of the ids, for pre-training
+
+VALIDATION_SEED_OFFSET = 1_000_003  # validation windows come from their own stream, not the training one
+
+
+class WindowSampler:
+    """Offsets of random contiguous windows of n_ctx + 1 tokens, from a generator whose state can be saved."""
+
+    def __init__(self, n_tokens: int, n_ctx: int, seed: int) -> None:
+        import torch  # here, not at the top: encoding needs no torch
+
+        self.high = n_tokens - n_ctx  # offsets 0 .. n_tokens - n_ctx - 1: the last window ends at the last token
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def draw(self, count: int) -> torch.Tensor:
+        import torch
+
+        return torch.randint(0, self.high, (count,), generator=self.generator)
+
+    def state_dict(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_state_dict(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+
+def validation_offsets(n_tokens: int, n_ctx: int, count: int, seed: int) -> torch.Tensor:
+    """The fixed validation windows: the same for every evaluation, every run with this seed, any process count."""
+    return WindowSampler(n_tokens, n_ctx, seed + VALIDATION_SEED_OFFSET).draw(count)
+
+
+def read_windows(ids: np.ndarray, offsets: torch.Tensor, n_ctx: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """x = window[:-1], y = window[1:] for each offset, as int64 on `device`."""
+    import torch
+
+    rows = torch.from_numpy(np.stack([ids[o : o + n_ctx + 1] for o in offsets.tolist()]).astype(np.int64))
+    if device.type == "cuda":
+        rows = rows.pin_memory().to(device, non_blocking=True)
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()

@@ -25,9 +25,9 @@ from safetensors.torch import load_file
 from gpt1.checkpoints import load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, sha256_file
+from gpt1.ids import WindowSampler
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pretrain import (
-    WindowSampler,
     cosine_lr_factor,
     declared_outputs,
     flops_per_token,
