@@ -126,7 +126,7 @@ def _report(cfg, a) -> None:
 
 
 def _export(cfg, a) -> None:
-    from gpt1.hf import export_stage
+    from gpt1.export import export_stage
 
     export_stage(cfg, a.model_dir, a.out, a.format)
 
