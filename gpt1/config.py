@@ -101,6 +101,20 @@ class Config:
         return Path("results", self.profile, *parts)
 
 
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """What a fine-tuning job reads of the profile (`gpt1.finetuning`, for the finetune and layers stages): the
+    finetune section, whether the task data is project-made (corpus.source synthetic), and the data mirror."""
+
+    finetune: dict[str, Any]
+    synthetic: bool
+    mirror: Path | None
+
+
+def finetune_settings(cfg: Config) -> FinetuneSettings:
+    return FinetuneSettings(cfg.section("finetune"), cfg.section("corpus")["source"] == "synthetic", cfg.data_mirror)
+
+
 def _schema() -> dict[str, Any]:
     return load_yaml(SCHEMA_PATH.read_text())
 
