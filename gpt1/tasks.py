@@ -315,7 +315,7 @@ def _read(spec: TaskSpec, config: str, split: str, mirror: Path | None, syntheti
     if synthetic:
         from gpt1.synthetic.tasks import synthetic_split
 
-        return synthetic_split(spec.path, config, split, rows=rows, seed=seed)
+        return synthetic_split(spec.path, config, split, rows=rows, seed=seed, splits=spec.splits)
     from gpt1.sources import DatasetRef, load_split
 
     return load_split(DatasetRef(spec.path, config, split), mirror)

@@ -50,12 +50,14 @@ def _mirror(root: Path, docs: list[dict]) -> None:
     import pyarrow.parquet as pq
 
     from gpt1.synthetic.tasks import synthetic_split
+    from gpt1.tasks import get_task
 
     books = root / "books/gutenberg/default"
     books.mkdir(parents=True)
     pq.write_table(pa.table({"text": [d["text"] for d in docs]}), books / "train.parquet")
     for split in ("train", "validation"):
-        synthetic_split("nyu-mll/glue", "rte", split, rows=12).to_parquet(str(rte_file(root, split)))
+        rows = synthetic_split("nyu-mll/glue", "rte", split, rows=12, splits=get_task("rte").splits)
+        rows.to_parquet(str(rte_file(root, split)))
 
 
 def rte_file(mirror: Path, split: str) -> Path:
