@@ -77,13 +77,13 @@ def _clean(cfg, a) -> None:
 
 
 def _bpe(cfg, a) -> None:
-    from gpt1.tokenizer import bpe_stage
+    from gpt1.bpe import bpe_stage
 
     bpe_stage(cfg, a.corpus, a.out, a.workers)
 
 
 def _encode(cfg, a) -> None:
-    from gpt1.ids import encode_stage
+    from gpt1.encode import encode_stage
 
     encode_stage(cfg, a.tokenizer, a.corpus, a.out, a.workers)
 

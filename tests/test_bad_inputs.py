@@ -842,11 +842,11 @@ def test_gpt1_debug_keeps_the_traceback(world, capsys, monkeypatch, mlflow_env):
 
 def test_a_bug_keeps_its_traceback(world, monkeypatch, mlflow_env):
     """An error no input explains is gpt1's own: it is not hidden behind one line."""
-    import gpt1.ids
+    import gpt1.encode
 
     def broken(*args, **kwargs):
         raise TypeError("a bug")
 
-    monkeypatch.setattr(gpt1.ids, "encode_stage", broken)
+    monkeypatch.setattr(gpt1.encode, "encode_stage", broken)
     with pytest.raises(TypeError, match="a bug"):
         main([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--out", "{w}/scratch-ids"]])
