@@ -2,6 +2,8 @@
 
 Encoding streams: documents are read one at a time and cut into paragraph-aligned chunks, workers encode a
 bounded window of chunks, and the ids are appended to the file, so peak memory does not grow with the corpus.
+Pre-training reads them as random windows (`WindowSampler`, `read_windows`). A library: the encode stage is
+`gpt1.encode`.
 """
 
 from __future__ import annotations
