@@ -62,7 +62,7 @@ from gpt1.checkpoints import (
 from gpt1.errors import PretrainError
 from gpt1.files import file_record, staged_outputs, without_timings, write_json, write_sealed_json
 from gpt1.ids import TokenIds, WindowSampler, load_ids, read_windows, validation_offsets
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.model import GPTConfig, LSTMConfig, flops_per_token
 from gpt1.resume import RESUME_DIR, Progress, atomic_write, load_checkpoint, run_settings, save_checkpoint
 from gpt1.runtime import (
     Runtime,
@@ -170,23 +170,6 @@ def make_optimizer(model: nn.Module, pretrain: dict[str, Any], fused: bool) -> t
 def make_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
     # A partial (not a lambda) so the scheduler's state_dict stays plain data.
     return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(cosine_lr_factor, warmup=warmup, total=total))
-
-
-def flops_per_token(model: nn.Module) -> int:
-    """Training FLOPs per token: 6*N + 6*n_layer*n_ctx*n_embd.
-
-    6*N: every weight of a matrix multiply costs 2 FLOPs per token forward and 4 backward (Kaplan et al. 2020).
-    N counts the token embedding once, as the tied LM head's matrix multiply, but not the position embedding
-    (a lookup). Attention scores and the weighted sum (q k^T, then p v) cost 2*2*n_ctx*n_embd per layer and token
-    forward over a full context; the causal mask halves that on average, and backward doubles it again:
-    3 * 2*n_ctx*n_embd = 6*n_ctx*n_embd per layer. The LSTM has no attention; its embedding is a lookup."""
-    n = sum(p.numel() for p in model.parameters())
-    if isinstance(model, GPT):
-        c = model.config
-        return 6 * (n - model.positions_embed.weight.numel()) + 6 * c.n_layer * c.n_ctx * c.n_embd
-    if isinstance(model, LSTMLM):
-        return 6 * (n - model.tokens_embed.weight.numel())
-    return 6 * n
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -600,7 +583,6 @@ __all__ = [
     "WindowSampler",
     "cosine_lr_factor",
     "declared_outputs",
-    "flops_per_token",
     "make_plan",
     "pretrain_stage",
     "snapshot_steps",

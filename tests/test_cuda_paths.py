@@ -323,7 +323,7 @@ def test_bench_report_on_cuda_has_mfu_over_the_measured_peak_and_names_the_gpu(
     hf = SimpleNamespace(name="HF OpenAIGPT", samples=[500.0, 1000.0, 1000.0], peak_bytes=2**31)
     peak = 1e9
     text = train_step.report([ours, hf], args, CUDA, peak)
-    per_token = pretrain.flops_per_token(train_step.GPT(train_step.GPTConfig(
+    per_token = train_step.flops_per_token(train_step.GPT(train_step.GPTConfig(
         vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, n_head=2)))
     header, _, row, hf_row = text.splitlines()[:4]
     assert header.endswith("| MFU | peak memory GiB |") and "NVIDIA H100 80GB HBM3" in row

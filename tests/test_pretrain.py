@@ -26,11 +26,10 @@ from gpt1.checkpoints import load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, sha256_file
 from gpt1.ids import WindowSampler
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
 from gpt1.pretrain import (
     cosine_lr_factor,
     declared_outputs,
-    flops_per_token,
     make_optimizer,
     make_plan,
     make_scheduler,
