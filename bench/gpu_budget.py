@@ -4,7 +4,7 @@
     ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
     ... --set layers.max_train_examples=null                            # a setting changed
 
-FLOPs per token are gpt1.pretrain.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
+FLOPs per token are gpt1.model.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
 the position embedding; the tied LM head counted once), a third of that for a forward pass. Split into its parts
 so that fine-tuning can be costed: the blocks (every padded position), attention (6 n_layer L n_embd at padded
 length L), the LM head (only the real tokens the auxiliary loss reads; forward only when λ = 0).
@@ -27,8 +27,7 @@ from typing import Any
 from common import MIRROR, REPO, machine
 
 from gpt1.config import Config, load_config
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.pretrain import flops_per_token
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
 from gpt1.taskdata import train_cap
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
 from gpt1.tokenizer import GPT1Tokenizer, load_released

@@ -34,8 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere without installing the package
 
 from gpt1.hf import to_hf_model
-from gpt1.model import GPT, GPTConfig
-from gpt1.pretrain import flops_per_token
+from gpt1.model import GPT, GPTConfig, flops_per_token
 from gpt1.runtime import attention_kernels, configure_device, resolve_compile, resolve_precision
 
 CPU_SHAPE = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab": 8400, "batch": 32}

@@ -154,7 +154,7 @@ def library_error_line(err: BaseException, args: Namespace) -> str | None:
 
 def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
     """(line, exit code) for a failure a user can cause, or None to let the traceback show."""
-    from gpt1.config import ConfigError
+    from gpt1.errors import ConfigError
     from gpt1.preflight import diagnose_inputs
 
     stage = f"gpt1 {args.command}"

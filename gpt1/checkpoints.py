@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import CheckpointError
 from gpt1.files import first_difference, read_json, verify_file
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 
@@ -31,10 +31,6 @@ MODEL_FILE = "model.safetensors"
 MODEL_JSON = "model.json"
 SNAPSHOT_DIR = "snapshots"
 SNAPSHOT_INDEX = "index.json"
-
-
-class CheckpointError(Gpt1Error):
-    pass
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpt1.boundary import killable, report
-from gpt1.config import ConfigError, load_config
+from gpt1.config import load_config
+from gpt1.errors import ConfigError
 from gpt1.preflight import check_stage
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
@@ -76,13 +77,13 @@ def _clean(cfg, a) -> None:
 
 
 def _bpe(cfg, a) -> None:
-    from gpt1.tokenizer import bpe_stage
+    from gpt1.bpe import bpe_stage
 
     bpe_stage(cfg, a.corpus, a.out, a.workers)
 
 
 def _encode(cfg, a) -> None:
-    from gpt1.ids import encode_stage
+    from gpt1.encode import encode_stage
 
     encode_stage(cfg, a.tokenizer, a.corpus, a.out, a.workers)
 
@@ -125,7 +126,7 @@ def _report(cfg, a) -> None:
 
 
 def _export(cfg, a) -> None:
-    from gpt1.hf import export_stage
+    from gpt1.export import export_stage
 
     export_stage(cfg, a.model_dir, a.out, a.format)
 

@@ -15,14 +15,12 @@ import functools
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from gpt1.errors import CodeDepsError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 ENTRY = "__main__"  # `python -m gpt1`: the engines' stage command
 CLI = "cli"
 STAGE_REGISTRAR = "_stage"  # cli.py's `_stage(sub, "<command>", help, <dispatch function>, ...)`
-
-
-class CodeDepsError(Exception):
-    """The CLI does not declare the command asked for (a typo in a rule, or a command renamed)."""
 
 
 def _module_name(path: Path, package_dir: Path) -> str:
@@ -150,3 +148,72 @@ def stage_code(command: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
     others = frozenset(function for name, function in commands.items() if name != command)
     package = package_dir.name
     return import_closure([f"{package}.{ENTRY}"], package_dir, skip={f"{package}.{CLI}": others})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The package's import graph: no cycle, no stage importing another (tests/test_imports.py)
+
+
+def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules its import statements name (at module level and inside
+    functions; a package's `__init__` when the name is the package itself)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        module = _module_name(path, package_dir)
+        targets = {_module_name(file, package_dir) for name in _imported_names(path, package_dir)
+                   if name.partition(".")[0] == package_dir.name and (file := _module_file(name, package_dir))}
+        graph[module] = targets - {module}
+    return graph
+
+
+def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """One import cycle of `graph` as [a, b, ..., a] (modules in sorted order tried first), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def _defining_module(module: str, name: str, package_dir: Path) -> str:
+    """The module that defines `name` which `from module import name` gets, following re-exports (a package's
+    `__init__` importing it from a submodule)."""
+    path = _module_file(module, package_dir)
+    if path is None:
+        return module
+    tree = ast.parse(_source(path))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return module
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names):
+            return _defining_module(_from_base(node, module, path.name == "__init__.py"), name, package_dir)
+    return module
+
+
+def stage_modules(package_dir: Path = PACKAGE_DIR) -> dict[str, str]:
+    """Each stage command -> the module holding its stage function (what its dispatch function in cli.py imports)."""
+    dispatch = {function: command for command, function in cli_commands(package_dir).items()}
+    cli = f"{package_dir.name}.{CLI}"
+    found = {}
+    for node in ast.parse(_source(package_dir / f"{CLI}.py")).body:
+        if isinstance(node, ast.FunctionDef) and node.name in dispatch:
+            for imp in ast.walk(node):
+                if isinstance(imp, ast.ImportFrom) and _from_base(imp, cli, False).startswith(package_dir.name):
+                    base = _from_base(imp, cli, False)
+                    found[dispatch[node.name]] = _defining_module(base, imp.names[0].name, package_dir)
+    return found

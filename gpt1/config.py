@@ -16,16 +16,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
 MIRROR_ENV = "GPT1_DATA_MIRROR"
 DTYPE_MAX_VOCAB = {"uint16": 2**16, "uint32": 2**32}
 N_SPECIAL_TOKENS = 4  # <unk> plus the start, delimiter and extract tokens of fine-tuning
-
-
-class ConfigError(Gpt1Error):
-    """A one-line message naming the key and what would be valid."""
 
 
 FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -103,6 +99,20 @@ class Config:
 
     def results(self, *parts: str) -> Path:
         return Path("results", self.profile, *parts)
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """What a fine-tuning job reads of the profile (`gpt1.finetuning`, for the finetune and layers stages): the
+    finetune section, whether the task data is project-made (corpus.source synthetic), and the data mirror."""
+
+    finetune: dict[str, Any]
+    synthetic: bool
+    mirror: Path | None
+
+
+def finetune_settings(cfg: Config) -> FinetuneSettings:
+    return FinetuneSettings(cfg.section("finetune"), cfg.section("corpus")["source"] == "synthetic", cfg.data_mirror)
 
 
 def _schema() -> dict[str, Any]:

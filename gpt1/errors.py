@@ -30,3 +30,63 @@ class FinetuneError(Gpt1Error):
 
 class ScoringError(Gpt1Error):
     """A scoring request that cannot be met (no room in the context, an unknown reduction)."""
+
+
+class SyntheticDataError(Gpt1Error):
+    pass
+
+
+class TokenizerError(Gpt1Error):
+    pass
+
+
+class IdsError(Gpt1Error):
+    pass
+
+
+class ConfigError(Gpt1Error):
+    """A one-line message naming the key and what would be valid."""
+
+
+class CodeDepsError(Exception):
+    """The CLI does not declare the command asked for (a typo in a rule, or a command renamed)."""
+
+
+class MetricError(Gpt1Error):
+    pass
+
+
+class PretrainError(Gpt1Error):
+    pass
+
+
+class SourceError(Gpt1Error):
+    """A dataset, split or column that is missing, naming what and where it looked."""
+
+
+class PredictionsError(Gpt1Error):
+    """A malformed predictions.jsonl: named by file, line and key."""
+
+
+class ResumeError(Gpt1Error):
+    pass
+
+
+class TaskDataError(Gpt1Error):
+    """Bad task-data input: names the task, setting or file, and the fix."""
+
+
+class TrackingError(Gpt1Error):
+    """The MLflow store cannot be used: one line naming it and what to do."""
+
+
+class ZeroshotError(Gpt1Error):
+    pass
+
+
+class CheckpointError(Gpt1Error):
+    pass
+
+
+class TaskError(Gpt1Error):
+    """Bad task input: names the task, split, row and field, and what would be valid."""

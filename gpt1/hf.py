@@ -16,13 +16,9 @@ that table and would raise. So afn="gelu" is the right value, and `gpt_config_fr
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
@@ -191,70 +187,19 @@ def load_hf(dir_or_hub_id: str | Path, **from_pretrained_kwargs: object) -> GPT:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The export stage
+# The export folder
 
-EXPORT_FORMATS = ("hf",)
-# What `export_stage` always leaves in its folder (transformers may add generation_config.json). config.json is
-# renamed into place last, so a killed export never looks loadable. No tokenizer: transformers 5's
+# What the export stage (`gpt1.export`) always leaves in its folder (transformers may add generation_config.json).
+# config.json is renamed into place last, so a killed export never looks loadable. No tokenizer: transformers 5's
 # OpenAIGPTTokenizer wants vocab.json + merges.txt for a BERT-style pipeline, and our tokenizer folder
 # (tokenizer.json, possibly the spaCy pre-tokeniser) does not map onto it faithfully; load ours with
 # gpt1.tokenizer.GPT1Tokenizer.load instead.
 HF_EXPORT_FILES = ("model.safetensors", "gpt1_export.json", "config.json")
 
 
-def export_outputs(out_dir: str | Path) -> list[Path]:
-    """The files `export_stage` writes (for the workflow's declared outputs)."""
-    return [Path(out_dir) / name for name in HF_EXPORT_FILES]
-
-
-def _provenance(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "source": str(model_dir),
-        "kind": meta["kind"],
-        "step": meta.get("step"),
-        "tokens": meta.get("tokens"),
-        "tokenizer_sha256": meta.get("tokenizer_sha256"),
-        "tokenizer": "not exported: load the pretrain stage's tokenizer folder with gpt1.tokenizer.GPT1Tokenizer",
-    }
-
-
-def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str = "hf") -> Path:
-    """`gpt1 export`: a pretrain folder (model.safetensors + model.json) -> OUT/ that
-    `OpenAIGPTLMHeadModel.from_pretrained(OUT)` loads, plus gpt1_export.json (where it came from)."""
-    from gpt1.checkpoints import MODEL_JSON, load_pretrained
-    from gpt1.tracking import stage_run
-
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if fmt not in EXPORT_FORMATS:
-        raise Gpt1Error(f"--format {fmt!r}: valid formats are {', '.join(EXPORT_FORMATS)}")
-    if not (model_dir / MODEL_JSON).is_file():
-        raise Gpt1Error(f"{model_dir}: no {MODEL_JSON}; pass the output folder of gpt1 pretrain")
-    model, meta = load_pretrained(model_dir)
-    if meta["kind"] != "gpt":
-        raise Gpt1Error(f"{model_dir}: a {meta['kind']!r} model has no OpenAIGPT counterpart; export a gpt model")
-    params = {"export": {"format": fmt, "source": str(model_dir)}, "model": meta["config"]}
-    with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"export {fmt}") as run:
-        staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            save_hf_dir(model, staging)
-            (staging / "gpt1_export.json").write_text(json.dumps(_provenance(model_dir, meta), indent=2) + "\n")
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "config.json").unlink(missing_ok=True)  # whatever was there stops looking loadable first
-            for path in sorted(staging.iterdir(), key=lambda p: p.name == "config.json"):
-                os.replace(path, out_dir / path.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        run.set_tags({"gpt1.tokenizer_sha256": str(meta.get("tokenizer_sha256"))})
-        run.log_artifact(out_dir / "gpt1_export.json")
-    return out_dir
-
-
 __all__ = [
     "HF_AFN",
     "HF_EXPORT_FILES",
-    "export_outputs",
-    "export_stage",
     "from_hf_model",
     "from_hf_state_dict",
     "gpt_config_from",

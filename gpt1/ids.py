@@ -2,6 +2,8 @@
 
 Encoding streams: documents are read one at a time and cut into paragraph-aligned chunks, workers encode a
 bounded window of chunks, and the ids are appended to the file, so peak memory does not grow with the corpus.
+Pre-training reads them as random windows (`WindowSampler`, `read_windows`). A library: the encode stage is
+`gpt1.encode`.
 """
 
 from __future__ import annotations
@@ -9,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
 from gpt1.config import DTYPE_MAX_VOCAB
-from gpt1.errors import Gpt1Error
+from gpt1.errors import IdsError
 from gpt1.files import (
     file_record,
     pool_size,
@@ -28,12 +30,11 @@ from gpt1.files import (
 )
 from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
 
+if TYPE_CHECKING:
+    import torch
+
 HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer",
                "bytes", "sha256")  # the last two: size and sha256 of the .bin file
-
-
-class IdsError(Gpt1Error):
-    pass
 
 
 @cache
@@ -134,32 +135,43 @@ def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: st
     return TokenIds(np.memmap(bin_path, dtype=header["dtype"], mode="r"), header)
 
 
-def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers: int) -> dict[str, dict]:
-    """`gpt1 encode`: CORPUS/{train,validation}.jsonl -> OUT/{split}.bin + OUT/{split}.json."""
-    import time
+# ----------------------------------------------------------------------------------------------------------------
+# Training windows: random contiguous windows of the ids, for pre-training
 
-    from gpt1.files import require_files
-    from gpt1.tracking import stage_run
+VALIDATION_SEED_OFFSET = 1_000_003  # validation windows come from their own stream, not the training one
 
-    require_files("clean", *(corpus_dir / f"{split}.jsonl" for split in ("train", "validation")),
-                  corpus_dir / "manifest.json")
-    manifest = read_json(corpus_dir / "manifest.json")
-    for split in ("train", "validation"):
-        verify_file(corpus_dir / f"{split}.jsonl", manifest.get(split), "clean", corpus_dir / "manifest.json")
-    GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
-    encode = cfg.section("encode")
-    headers = {}
-    with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
-        for split in ("train", "validation"):
-            name = f"{split}.jsonl"
-            run.log_dataset(f"corpus/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"], split)
-            start = time.perf_counter()
-            header = encode_split(tokenizer_dir, corpus_dir / f"{split}.jsonl", out / f"{split}.bin",
-                                  out / f"{split}.json", encode["dtype"], encode["chunk_chars"], workers)
-            seconds = time.perf_counter() - start
-            run.log_metrics({f"{split}_tokens": header["tokens"],
-                             f"{split}_tokens_per_second": header["tokens"] / seconds})
-            run.log_artifact(out / f"{split}.json")
-            headers[split] = header
-        run.set_tags({"gpt1.tokenizer_sha256": headers["train"]["tokenizer_sha256"]})
-    return headers
+
+class WindowSampler:
+    """Offsets of random contiguous windows of n_ctx + 1 tokens, from a generator whose state can be saved."""
+
+    def __init__(self, n_tokens: int, n_ctx: int, seed: int) -> None:
+        import torch  # here, not at the top: encoding needs no torch
+
+        self.high = n_tokens - n_ctx  # offsets 0 .. n_tokens - n_ctx - 1: the last window ends at the last token
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def draw(self, count: int) -> torch.Tensor:
+        import torch
+
+        return torch.randint(0, self.high, (count,), generator=self.generator)
+
+    def state_dict(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_state_dict(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+
+def validation_offsets(n_tokens: int, n_ctx: int, count: int, seed: int) -> torch.Tensor:
+    """The fixed validation windows: the same for every evaluation, every run with this seed, any process count."""
+    return WindowSampler(n_tokens, n_ctx, seed + VALIDATION_SEED_OFFSET).draw(count)
+
+
+def read_windows(ids: np.ndarray, offsets: torch.Tensor, n_ctx: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """x = window[:-1], y = window[1:] for each offset, as int64 on `device`."""
+    import torch
+
+    rows = torch.from_numpy(np.stack([ids[o : o + n_ctx + 1] for o in offsets.tolist()]).astype(np.int64))
+    if device.type == "cuda":
+        rows = rows.pin_memory().to(device, non_blocking=True)
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()

@@ -37,7 +37,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
                  examples_dir: Path | None = None):
     """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve). The task's data: its
     encoded examples in `examples_dir` (the encode_task stage), else loaded here."""
-    from gpt1.finetune import finetune_run
+    from gpt1.config import finetune_settings
+    from gpt1.finetuning import finetune_run
     from gpt1.tracking import stage_run
 
     if task not in CURVE_REPORT:
@@ -45,13 +46,14 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     require_files("pretrain", Path(pretrained_dir) / "model.json")
     n_layer = read_json(Path(pretrained_dir) / "model.json")["config"]["n_layer"]
     runs, points = {}, []
+    settings = finetune_settings(cfg)
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
               "layers": cfg.section("layers")}
     with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params,
                    name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
         for k in range(n_layer + 1):
-            metrics = finetune_run(cfg, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
+            metrics = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
                                    examples_dir=examples_dir, **layer_caps(cfg)).metrics
             runs[str(k)] = without_timings(metrics)
             points.append(curve_point(k, metrics))

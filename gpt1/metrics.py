@@ -13,14 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import MetricError
 
 ArrayLike = Sequence[float] | np.ndarray
 Metric = Callable[[ArrayLike, ArrayLike], float]
-
-
-class MetricError(Gpt1Error):
-    pass
 
 
 def _pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

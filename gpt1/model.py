@@ -330,4 +330,21 @@ class LSTMLM(nn.Module):
         return _decay_parameter_names(self)
 
 
-__all__ = ["GPT", "LSTMLM", "MLP", "Block", "CausalSelfAttention", "GPTConfig", "LSTMConfig"]
+def flops_per_token(model: nn.Module) -> int:
+    """Training FLOPs per token: 6*N + 6*n_layer*n_ctx*n_embd.
+
+    6*N: every weight of a matrix multiply costs 2 FLOPs per token forward and 4 backward (Kaplan et al. 2020).
+    N counts the token embedding once, as the tied LM head's matrix multiply, but not the position embedding
+    (a lookup). Attention scores and the weighted sum (q k^T, then p v) cost 2*2*n_ctx*n_embd per layer and token
+    forward over a full context; the causal mask halves that on average, and backward doubles it again:
+    3 * 2*n_ctx*n_embd = 6*n_ctx*n_embd per layer. The LSTM has no attention; its embedding is a lookup."""
+    n = sum(p.numel() for p in model.parameters())
+    if isinstance(model, GPT):
+        c = model.config
+        return 6 * (n - model.positions_embed.weight.numel()) + 6 * c.n_layer * c.n_ctx * c.n_embd
+    if isinstance(model, LSTMLM):
+        return 6 * (n - model.tokens_embed.weight.numel())
+    return 6 * n
+
+
+__all__ = ["GPT", "LSTMLM", "MLP", "Block", "CausalSelfAttention", "GPTConfig", "LSTMConfig", "flops_per_token"]

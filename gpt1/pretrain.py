@@ -59,10 +59,10 @@ from gpt1.checkpoints import (
     snapshot_name,
     weights_metadata,
 )
-from gpt1.errors import Gpt1Error
+from gpt1.errors import PretrainError
 from gpt1.files import file_record, staged_outputs, without_timings, write_json, write_sealed_json
-from gpt1.ids import TokenIds, load_ids
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.ids import TokenIds, WindowSampler, load_ids, read_windows, validation_offsets
+from gpt1.model import GPTConfig, LSTMConfig, flops_per_token
 from gpt1.resume import RESUME_DIR, Progress, atomic_write, load_checkpoint, run_settings, save_checkpoint
 from gpt1.runtime import (
     Runtime,
@@ -79,11 +79,6 @@ from gpt1.tokenizer import GPT1Tokenizer
 METRICS_FILE = "metrics.json"
 CURVES_FILE = "curves.csv"
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
-VALIDATION_SEED_OFFSET = 1_000_003  # validation windows come from their own stream, not the training one
-
-
-class PretrainError(Gpt1Error):
-    pass
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -177,23 +172,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int) ->
     return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(cosine_lr_factor, warmup=warmup, total=total))
 
 
-def flops_per_token(model: nn.Module) -> int:
-    """Training FLOPs per token: 6*N + 6*n_layer*n_ctx*n_embd.
-
-    6*N: every weight of a matrix multiply costs 2 FLOPs per token forward and 4 backward (Kaplan et al. 2020).
-    N counts the token embedding once, as the tied LM head's matrix multiply, but not the position embedding
-    (a lookup). Attention scores and the weighted sum (q k^T, then p v) cost 2*2*n_ctx*n_embd per layer and token
-    forward over a full context; the causal mask halves that on average, and backward doubles it again:
-    3 * 2*n_ctx*n_embd = 6*n_ctx*n_embd per layer. The LSTM has no attention; its embedding is a lookup."""
-    n = sum(p.numel() for p in model.parameters())
-    if isinstance(model, GPT):
-        c = model.config
-        return 6 * (n - model.positions_embed.weight.numel()) + 6 * c.n_layer * c.n_ctx * c.n_embd
-    if isinstance(model, LSTMLM):
-        return 6 * (n - model.tokens_embed.weight.numel())
-    return 6 * n
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Data
 
@@ -217,36 +195,6 @@ def check_ids(ids: TokenIds, path: Path, config: GPTConfig | LSTMConfig) -> None
             f"{path}: {len(ids)} tokens, fewer than one window of model.n_ctx + 1 = {config.n_ctx + 1}; "
             f"lower model.n_ctx or use more data"
         )
-
-
-class WindowSampler:
-    """Offsets of random contiguous windows of n_ctx + 1 tokens, from a generator whose state can be saved."""
-
-    def __init__(self, n_tokens: int, n_ctx: int, seed: int) -> None:
-        self.high = n_tokens - n_ctx  # offsets 0 .. n_tokens - n_ctx - 1: the last window ends at the last token
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def draw(self, count: int) -> torch.Tensor:
-        return torch.randint(0, self.high, (count,), generator=self.generator)
-
-    def state_dict(self) -> torch.Tensor:
-        return self.generator.get_state()
-
-    def load_state_dict(self, state: torch.Tensor) -> None:
-        self.generator.set_state(state)
-
-
-def validation_offsets(n_tokens: int, n_ctx: int, count: int, seed: int) -> torch.Tensor:
-    """The fixed validation windows: the same for every evaluation, every run with this seed, any process count."""
-    return WindowSampler(n_tokens, n_ctx, seed + VALIDATION_SEED_OFFSET).draw(count)
-
-
-def read_windows(ids: np.ndarray, offsets: torch.Tensor, n_ctx: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """x = window[:-1], y = window[1:] for each offset, as int64 on `device`."""
-    rows = torch.from_numpy(np.stack([ids[o : o + n_ctx + 1] for o in offsets.tolist()]).astype(np.int64))
-    if device.type == "cuda":
-        rows = rows.pin_memory().to(device, non_blocking=True)
-    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 def micro_seed(seed: int, step: int, index: int) -> int:
@@ -635,7 +583,6 @@ __all__ = [
     "WindowSampler",
     "cosine_lr_factor",
     "declared_outputs",
-    "flops_per_token",
     "make_plan",
     "pretrain_stage",
     "snapshot_steps",

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from gpt1.checkpoints import load_weights, read_weights, save_weights
-from gpt1.errors import Gpt1Error
+from gpt1.errors import ResumeError
 from gpt1.files import file_record, first_difference, read_json, temp_path, verify_file, write_json
 from gpt1.model import GPTConfig, LSTMConfig
 
@@ -37,10 +37,6 @@ LATEST = "latest.json"  # the pointer to the current checkpoint; written last, s
 # float summation order and dropout masks (micro_batch_size, a memory knob).
 RESUME_FREE_KEYS = frozenset({"checkpoint_every", "compile", "micro_batch_size"})
 CHECKPOINT_FORMAT = 1
-
-
-class ResumeError(Gpt1Error):
-    pass
 
 
 class Stateful(Protocol):

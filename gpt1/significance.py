@@ -17,17 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import PredictionsError
 from gpt1.metrics import paired_bootstrap
 
 RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 
 Key = tuple[str, str, int, str | None]  # report, split, index, config
-
-
-class PredictionsError(Gpt1Error):
-    """A malformed predictions.jsonl: named by file, line and key."""
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt1.errors import Gpt1Error, causes
-
-
-class SourceError(Gpt1Error):
-    """A dataset, split or column that is missing, naming what and where it looked."""
+from gpt1.errors import SourceError, causes
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import TaskDataError
 from gpt1.files import file_record, read_jsonl, read_sealed_json, staged_outputs, verify_file, write_sealed_json
 from gpt1.tasks import (
     FINETUNE_TASKS,
@@ -46,10 +46,6 @@ SELECTION_FRACTION = 0.1
 ENCODED_JSON = "encoded.json"
 EXAMPLES_FILE = "examples.jsonl"
 ENCODE_STAGE = "encode_task"
-
-
-class TaskDataError(Gpt1Error):
-    """Bad task-data input: names the task, setting or file, and the fix."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import TaskError
 from gpt1.scoring import left_truncate
 
 Kind = Literal["classification", "entailment", "similarity", "multiple_choice"]
@@ -30,10 +30,6 @@ Kind = Literal["classification", "entailment", "similarity", "multiple_choice"]
 #   float      a score in label_range (STS-B 0..5), kept as a float; -1 (GLUE test) means no gold label
 Encoding = Literal["class", "names", "letters", "one_based", "float"]
 UNLABELLED = -1  # the hub's label for a row without a gold label (SNLI disagreements, GLUE's hidden test labels)
-
-
-class TaskError(Gpt1Error):
-    """Bad task input: names the task, split, row and field, and what would be valid."""
 
 
 @dataclass(frozen=True)
@@ -319,7 +315,7 @@ def _read(spec: TaskSpec, config: str, split: str, mirror: Path | None, syntheti
     if synthetic:
         from gpt1.synthetic.tasks import synthetic_split
 
-        return synthetic_split(spec.path, config, split, rows=rows, seed=seed)
+        return synthetic_split(spec.path, config, split, rows=rows, seed=seed, splits=spec.splits)
     from gpt1.sources import DatasetRef, load_split
 
     return load_split(DatasetRef(spec.path, config, split), mirror)

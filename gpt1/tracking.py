@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, TrackingError
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 PIPELINE_RUN_ENV = "GPT1_PIPELINE_RUN"  # a tag grouping the runs of one pipeline invocation
@@ -50,10 +50,6 @@ REGISTRY_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "
 MODEL_REQUIREMENTS = ("mlflow", "torch", "transformers", "safetensors", "tokenizers", "numpy", "pandas", "pyyaml",
                       "jsonschema", "ftfy", "spacy")
 T = TypeVar("T")
-
-
-class TrackingError(Gpt1Error):
-    """The MLflow store cannot be used: one line naming it and what to do."""
 
 
 def tracking_uri() -> str:

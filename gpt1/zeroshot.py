@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX, iter_snapshots, load_pretrained
-from gpt1.errors import Gpt1Error
+from gpt1.errors import ZeroshotError
 from gpt1.files import file_record, read_json, require_files, staged_outputs, write_sealed_json
 from gpt1.metrics import accuracy, matthews
 from gpt1.runtime import default_device
@@ -65,10 +65,6 @@ HEURISTICS = {
             "his/its/their); the candidate after which the rest of the sentence (the tokens after it) has the "
             "higher mean token log-probability wins",
 }
-
-
-class ZeroshotError(Gpt1Error):
-    pass
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -50,12 +50,14 @@ def _mirror(root: Path, docs: list[dict]) -> None:
     import pyarrow.parquet as pq
 
     from gpt1.synthetic.tasks import synthetic_split
+    from gpt1.tasks import get_task
 
     books = root / "books/gutenberg/default"
     books.mkdir(parents=True)
     pq.write_table(pa.table({"text": [d["text"] for d in docs]}), books / "train.parquet")
     for split in ("train", "validation"):
-        synthetic_split("nyu-mll/glue", "rte", split, rows=12).to_parquet(str(rte_file(root, split)))
+        rows = synthetic_split("nyu-mll/glue", "rte", split, rows=12, splits=get_task("rte").splits)
+        rows.to_parquet(str(rte_file(root, split)))
 
 
 def rte_file(mirror: Path, split: str) -> Path:
@@ -840,11 +842,11 @@ def test_gpt1_debug_keeps_the_traceback(world, capsys, monkeypatch, mlflow_env):
 
 def test_a_bug_keeps_its_traceback(world, monkeypatch, mlflow_env):
     """An error no input explains is gpt1's own: it is not hidden behind one line."""
-    import gpt1.ids
+    import gpt1.encode
 
     def broken(*args, **kwargs):
         raise TypeError("a bug")
 
-    monkeypatch.setattr(gpt1.ids, "encode_stage", broken)
+    monkeypatch.setattr(gpt1.encode, "encode_stage", broken)
     with pytest.raises(TypeError, match="a bug"):
         main([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--out", "{w}/scratch-ids"]])

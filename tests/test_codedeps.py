@@ -14,7 +14,8 @@ import pytest
 import yaml
 from test_dag import snakemake_stages, workspace
 
-from gpt1.codedeps import CodeDepsError, cli_commands, import_closure, stage_code
+from gpt1.codedeps import cli_commands, import_closure, stage_code
+from gpt1.errors import CodeDepsError
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "dvc_code_deps.py"
@@ -78,9 +79,10 @@ def test_closure_follows_lazy_relative_and_package_imports(tmp_path):
 
 
 def test_every_stage_runs_the_cli_and_its_own_module():
-    own = {"fetch": "corpus.py", "clean": "corpus.py", "bpe": "tokenizer.py", "encode": "ids.py",
+    own = {"fetch": "corpus.py", "clean": "corpus.py", "bpe": "bpe.py", "encode": "encode.py",
            "pretrain": "pretrain.py", "encode-task": "encode_task.py", "finetune": "finetune.py",
-           "layers": "layers.py", "zeroshot": "zeroshot.py", "report": "report/stage.py"}  # fmt: skip
+           "layers": "layers.py", "zeroshot": "zeroshot.py", "report": "report/stage.py",
+           "export": "export.py"}  # fmt: skip
     for command, module in own.items():
         files = stage_code(command)
         assert {f"gpt1/{m}" for m in [*CLI_BASE, module]} <= set(files), command

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from gpt1.cli import main
-from gpt1.config import ConfigError, load_config, validate
+from gpt1.config import load_config, validate
+from gpt1.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())

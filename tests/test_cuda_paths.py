@@ -14,7 +14,7 @@ restore), and check it is what a GPU run needs.
 | TF32 | runtime.configure_device | configure_device |
 | flash attention first | runtime.attention_backends, attention_kernels | attention |
 | fused AdamW, and all of the above wired together | pretrain.prepare | prepare_on_cuda |
-| pinned memory, non_blocking copy | pretrain.read_windows | read_windows |
+| pinned memory, non_blocking copy | ids.read_windows | read_windows |
 | CUDA RNG state in checkpoints | resume.rng_states, set_rng_states | checkpoint_rng |
 | the fine-tuning and zero-shot device | runtime.default_device | stages_score_on_cuda |
 | the GPU benchmark: variants, fused AdamW, sync, peak memory, MFU | bench/train_step.py | bench |
@@ -37,7 +37,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1 import pretrain, resume, runtime
+from gpt1 import ids, pretrain, resume, runtime
 from gpt1.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,11 +220,11 @@ def test_read_windows_pins_then_copies_asynchronously_to_cuda(monkeypatch: pytes
 
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
     monkeypatch.setattr(torch.Tensor, "to", to)
-    ids = np.arange(40, dtype=np.uint16)
+    tokens = np.arange(40, dtype=np.uint16)
     offsets = torch.tensor([0, 20])
-    x, y = pretrain.read_windows(ids, offsets, 4, CPU)
+    x, y = ids.read_windows(tokens, offsets, 4, CPU)
     assert events == []
-    x, y = pretrain.read_windows(ids, offsets, 4, CUDA)
+    x, y = ids.read_windows(tokens, offsets, 4, CUDA)
     assert events == ["pin_memory", ("to", CUDA, True)]
     assert x.tolist() == [[0, 1, 2, 3], [20, 21, 22, 23]] and y.tolist() == [[1, 2, 3, 4], [21, 22, 23, 24]]
     assert x.dtype == torch.int64 and x.is_contiguous() and y.is_contiguous()
@@ -323,7 +323,7 @@ def test_bench_report_on_cuda_has_mfu_over_the_measured_peak_and_names_the_gpu(
     hf = SimpleNamespace(name="HF OpenAIGPT", samples=[500.0, 1000.0, 1000.0], peak_bytes=2**31)
     peak = 1e9
     text = train_step.report([ours, hf], args, CUDA, peak)
-    per_token = pretrain.flops_per_token(train_step.GPT(train_step.GPTConfig(
+    per_token = train_step.flops_per_token(train_step.GPT(train_step.GPTConfig(
         vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, n_head=2)))
     header, _, row, hf_row = text.splitlines()[:4]
     assert header.endswith("| MFU | peak memory GiB |") and "NVIDIA H100 80GB HBM3" in row

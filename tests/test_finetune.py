@@ -15,17 +15,11 @@ import pytest
 import torch
 
 from gpt1.checkpoints import save_weights, weights_metadata
-from gpt1.config import load_config
+from gpt1.config import finetune_settings, load_config
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, without_timings, write_json
-from gpt1.finetune import (
-    CURVE_FIELDS,
-    declared_outputs,
-    finetune_run,
-    finetune_stage,
-    linear_lr_factor,
-    prepare_job,
-)
+from gpt1.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
+from gpt1.finetuning import finetune_run, linear_lr_factor, prepare_job
 from gpt1.heads import decode
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.tasks import Cut, cut_positions, get_task
@@ -122,7 +116,7 @@ def test_lr_warms_up_then_decays_linearly_to_zero() -> None:
 
 
 def test_variants_set_lambda_and_weights(assets: Assets) -> None:
-    cfg = config()
+    cfg = finetune_settings(config())
     assert prepare_job(cfg, "sst2", "pretrained", 0, assets.gpt, assets.tokenizer).recipe.lm_weight == 0.5
     assert prepare_job(cfg, "sst2", "no_aux", 0, assets.gpt, assets.tokenizer).recipe.lm_weight == 0.0
     # The pretrained variant loads the checkpoint; scratch only its architecture.
@@ -200,7 +194,7 @@ def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_env:
 
 def test_story_cloze_evaluates_the_complement_of_its_training_cut(assets: Assets) -> None:
     # As with the mirror (Story Cloze's test split absent): train on validation[0:80%], score validation[80%:100%].
-    result = finetune_run(config("finetune.epochs=2"), "story_cloze", "pretrained", 0, assets.gpt,
+    result = finetune_run(finetune_settings(config("finetune.epochs=2")), "story_cloze", "pretrained", 0, assets.gpt,
                           assets.tokenizer, present=("validation",))
     metrics = result.metrics
     report = metrics["reports"]["story_cloze"]
@@ -220,7 +214,7 @@ def test_story_cloze_evaluates_the_complement_of_its_training_cut(assets: Assets
 
 def test_a_cut_of_one_report_split_leaves_the_other_whole(assets: Assets) -> None:
     cut = "finetune.train_cuts.mnli={split: validation_matched, fraction: 0.5, seed: 3}"
-    result = finetune_run(config(cut), "mnli", "pretrained", 0, assets.gpt, assets.tokenizer)
+    result = finetune_run(finetune_settings(config(cut)), "mnli", "pretrained", 0, assets.gpt, assets.tokenizer)
     reports = result.metrics["reports"]
     assert reports["mnli_m"]["complement_of_train_cut"] and reports["mnli_m"]["evaluated_on"].startswith(
         "validation_matched[50%:100%]")
@@ -230,7 +224,8 @@ def test_a_cut_of_one_report_split_leaves_the_other_whole(assets: Assets) -> Non
 
 
 def test_same_seed_same_run_and_transfer_is_recorded(assets: Assets) -> None:
-    runs = [finetune_run(config(), "sst2", "pretrained", 7, assets.gpt, assets.tokenizer, transfer_layers=1)
+    cfg = finetune_settings(config())
+    runs = [finetune_run(cfg, "sst2", "pretrained", 7, assets.gpt, assets.tokenizer, transfer_layers=1)
             for _ in range(2)]
     assert runs[0].curves == runs[1].curves and runs[0].predictions == runs[1].predictions
     transfer = runs[0].metrics["transfer"]
@@ -245,15 +240,16 @@ def test_a_job_on_the_encoded_examples_is_the_job_that_loads_them(assets: Assets
 
     cfg = config("model.n_ctx=64")  # the tiny checkpoint's context
     encode_task_stage(cfg, task, assets.tokenizer, tmp_path / "examples")
-    loaded = finetune_run(cfg, task, "pretrained", 3, assets.gpt, assets.tokenizer)
-    encoded = finetune_run(cfg, task, "pretrained", 3, assets.gpt, assets.tokenizer, examples_dir=tmp_path / "examples")
+    loaded = finetune_run(finetune_settings(cfg), task, "pretrained", 3, assets.gpt, assets.tokenizer)
+    encoded = finetune_run(finetune_settings(cfg), task, "pretrained", 3, assets.gpt, assets.tokenizer,
+                           examples_dir=tmp_path / "examples")
     assert encoded.predictions == loaded.predictions and encoded.curves == loaded.curves
     assert without_timings(encoded.metrics) == without_timings(loaded.metrics)
 
 
 def test_narrowed_runs_train_and_score_on_fewer_examples(assets: Assets) -> None:
-    run = finetune_run(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, max_train_examples=6,
-                       max_eval_examples=5)
+    run = finetune_run(finetune_settings(config()), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer,
+                       max_train_examples=6, max_eval_examples=5)
     assert run.metrics["train"]["examples"] == 6 and run.metrics["reports"]["sst2"]["counts"]["eval"] == 5
     assert run.metrics["train_metrics_examples"] == 5 and run.metrics["train"]["capped"] >= 10
 
@@ -305,7 +301,7 @@ def test_a_failure_during_the_run_keeps_the_previous_outputs(assets: Assets, mlf
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs are replaced only by the final renames: a run that fails leaves an earlier run's files as they were,
     and no temp file."""
-    import gpt1.finetune as finetune
+    import gpt1.finetuning as finetuning
 
     out = tmp_path / "out"
     out.mkdir()
@@ -315,7 +311,7 @@ def test_a_failure_during_the_run_keeps_the_previous_outputs(assets: Assets, mlf
     def broken(job):
         raise RuntimeError("killed during evaluation")
 
-    monkeypatch.setattr(finetune, "evaluate_reports", broken)
+    monkeypatch.setattr(finetuning, "evaluate_reports", broken)
     with pytest.raises(RuntimeError, match="killed"):
         finetune_stage(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
     assert sorted(out.iterdir()) == sorted(declared_outputs(out))
@@ -331,7 +327,7 @@ def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
 
 
 def test_released_variant_reads_a_hugging_face_folder_and_the_released_bpe(tmp_path: Path) -> None:
-    from gpt1.finetune import REFERENCE_BPE
+    from gpt1.finetuning import REFERENCE_BPE
     from gpt1.hf import save_hf_dir
 
     if not REFERENCE_BPE.is_dir():
@@ -339,7 +335,7 @@ def test_released_variant_reads_a_hugging_face_folder_and_the_released_bpe(tmp_p
     torch.manual_seed(0)
     tiny = GPT(GPTConfig(vocab_size=40478, n_ctx=64, n_embd=16, n_layer=1, n_head=2))
     hf_dir = save_hf_dir(tiny, tmp_path / "hf")
-    result = finetune_run(config(), "sst2", "released", 0, hf_dir, None)
+    result = finetune_run(finetune_settings(config()), "sst2", "released", 0, hf_dir, None)
     assert result.metrics["tokenizer"]["source"] == str(REFERENCE_BPE)
     assert result.metrics["model"]["config"]["vocab_size"] == 40478 + 3
     assert result.metrics["reports"]["sst2"]["counts"]["eval"] == 16
@@ -357,7 +353,7 @@ def test_story_cloze_on_the_mirror_scores_the_rest_of_validation(assets: Assets,
     # The mirror holds no Story Cloze test split: train on validation[0:80%], score validation[80%:100%].
     monkeypatch.setenv("GPT1_DATA_MIRROR", str(SHARED_MIRROR))
     cfg = load_config(REPO / "params.yaml", "default", overrides=SMALL)
-    result = finetune_run(cfg, "story_cloze", "pretrained", 0, assets.gpt, assets.tokenizer)
+    result = finetune_run(finetune_settings(cfg), "story_cloze", "pretrained", 0, assets.gpt, assets.tokenizer)
     report = result.metrics["reports"]["story_cloze"]
     assert report["evaluated_on"].startswith("validation[80%:100%]") and not report["is_paper_split"]
     rows = pq.read_metadata(SHARED_MIRROR / "LSDSem" / "story_cloze" / "2016" / "validation.parquet").num_rows

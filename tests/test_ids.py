@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from gpt1.ids import IdsError, encode_split, load_ids
+from gpt1.errors import IdsError
+from gpt1.ids import encode_split, load_ids
 from gpt1.synthetic.corpus import synthetic_corpus
 from gpt1.tokenizer import GPT1Tokenizer, train
 

@@ -5,9 +5,9 @@ import pytest
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from gpt1.errors import MetricError
 from gpt1.metrics import (
     GLUE_COMPONENTS,
-    MetricError,
     accuracy,
     compute,
     f1,

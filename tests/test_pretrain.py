@@ -25,12 +25,11 @@ from safetensors.torch import load_file
 from gpt1.checkpoints import load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, sha256_file
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.ids import WindowSampler
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
 from gpt1.pretrain import (
-    WindowSampler,
     cosine_lr_factor,
     declared_outputs,
-    flops_per_token,
     make_optimizer,
     make_plan,
     make_scheduler,
@@ -186,7 +185,7 @@ def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> 
 def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, mlflow_env: str) -> None:
     from transformers import OpenAIGPTLMHeadModel
 
-    from gpt1.hf import export_outputs, export_stage
+    from gpt1.export import export_outputs, export_stage
 
     out = export_stage(tiny_config(), trained_gpt, tmp_path / "hf", "hf")
     assert all(p.is_file() for p in export_outputs(out))
@@ -200,7 +199,7 @@ def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, m
 
 
 def test_lstm_trains_and_refuses_hf_export(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
-    from gpt1.hf import export_stage
+    from gpt1.export import export_stage
 
     cfg = tiny_config("pretrain.max_steps=4", "pretrain.snapshots=2")
     metrics = pretrain_stage(cfg, "lstm", tiny_data.ids, tiny_data.tokenizer, tmp_path / "lstm")

@@ -53,7 +53,7 @@ def config(**lists: Any) -> Config:
 
 def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str, float]] | None = None,
                  cut: Cut | None = None, default: float = 0.5) -> dict[str, Any]:
-    """A metrics.json as gpt1.finetune.build_metrics writes it; `values` {report: {metric: fraction}}."""
+    """A metrics.json as gpt1.finetuning.build_metrics writes it; `values` {report: {metric: fraction}}."""
     spec = get_task(task)
     reports = {}
     for report in spec.reports:
@@ -482,9 +482,11 @@ def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Pa
     """The fake metrics.json of these tests has the keys gpt1.finetune writes, and the reader accepts the real one."""
     from conftest import tiny_config
 
-    from gpt1.finetune import finetune_run
+    from gpt1.config import finetune_settings
+    from gpt1.finetuning import finetune_run
 
-    real = finetune_run(tiny_config(), "mrpc", "pretrained", 0, trained_gpt, tiny_data.tokenizer).metrics
+    settings = finetune_settings(tiny_config())
+    real = finetune_run(settings, "mrpc", "pretrained", 0, trained_gpt, tiny_data.tokenizer).metrics
     fake = metrics_json("mrpc", "pretrained", 0)
     assert set(fake) == set(real)
     assert set(fake["reports"]["mrpc"]) == set(real["reports"]["mrpc"])

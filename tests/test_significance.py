@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.significance import PredictionsError, column_test, paired_arrays, read_predictions
+from gpt1.errors import PredictionsError
+from gpt1.significance import column_test, paired_arrays, read_predictions
 
 
 def write_predictions(path: Path, rows: list[tuple[str, int, int, int]], split: str = "validation") -> Path:

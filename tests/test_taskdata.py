@@ -11,12 +11,11 @@ import pytest
 
 from gpt1.config import load_config
 from gpt1.encode_task import encode_task_stage
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, TaskDataError
 from gpt1.taskdata import (
     ENCODED_JSON,
     EXAMPLES_FILE,
     TaskData,
-    TaskDataError,
     data_settings,
     data_source,
     narrow,

@@ -6,17 +6,16 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, SyntheticDataError, TaskError
 from gpt1.sources import DatasetRef, mirror_file
 from gpt1.synthetic.corpus import synthetic_corpus
-from gpt1.synthetic.tasks import FEATURES, SyntheticDataError, synthetic_split
+from gpt1.synthetic.tasks import FEATURES, synthetic_split
 from gpt1.tasks import (
     FINETUNE_TASKS,
     PAPER_NUMBERS,
     TASKS,
     Cut,
     Example,
-    TaskError,
     evaluation_split,
     get_task,
     load_examples,
@@ -343,10 +342,10 @@ def _every_split():
 
 def test_every_synthetic_split_is_deterministic_and_parses():
     for spec, config, split in _every_split():
-        ds = synthetic_split(spec.path, config, split, rows=40, seed=5)
+        ds = synthetic_split(spec.path, config, split, rows=40, seed=5, splits=spec.splits)
         assert len(ds) == 40 and ds.features == FEATURES[(spec.path, config)]
-        assert ds.to_list() == synthetic_split(spec.path, config, split, rows=40, seed=5).to_list()
-        assert ds.to_list() != synthetic_split(spec.path, config, split, rows=40, seed=6).to_list()
+        assert ds.to_list() == synthetic_split(spec.path, config, split, rows=40, seed=5, splits=spec.splits).to_list()
+        assert ds.to_list() != synthetic_split(spec.path, config, split, rows=40, seed=6, splits=spec.splits).to_list()
         hidden = spec.test_labels == "glue_server" and split.startswith("test")
         if not hidden:
             loaded = load_examples(spec, split, synthetic=True, configs=[config], synthetic_rows=40,
@@ -356,9 +355,9 @@ def test_every_synthetic_split_is_deterministic_and_parses():
 
 def test_synthetic_split_rejects_what_the_hub_lacks():
     with pytest.raises(SyntheticDataError, match=r"has no split 'train'; hub splits: validation, test"):
-        synthetic_split("LSDSem/story_cloze", "2016", "train")
+        synthetic_split("LSDSem/story_cloze", "2016", "train", splits=get_task("story_cloze").splits)
     with pytest.raises(SyntheticDataError, match="no registered task reads"):
-        synthetic_split("acme/reviews", None, "train")
+        synthetic_split("acme/reviews", None, "train", splits=("train",))
 
 
 def test_synthetic_data_carries_a_learnable_signal():
@@ -385,7 +384,7 @@ def test_synthetic_features_equal_the_mirror_files():
         if not file.is_file():
             continue
         mirror_features = datasets.Features.from_arrow_schema(pq.read_schema(file))
-        assert synthetic_split(spec.path, config, split, rows=8).features == mirror_features, file
+        assert synthetic_split(spec.path, config, split, rows=8, splits=spec.splits).features == mirror_features, file
         label = mirror_features[spec.label_field]
         if isinstance(label, datasets.ClassLabel):
             assert tuple(label.names) == spec.label_names, file

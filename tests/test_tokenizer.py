@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from gpt1.errors import TokenizerError
 from gpt1.synthetic.corpus import synthetic_corpus
 from gpt1.tokenizer import (
     FINETUNE_SPECIALS,
     GPT1Tokenizer,
-    TokenizerError,
     load_released,
     paragraph_chunks,
     read_merges,

@@ -198,7 +198,7 @@ def _train_cut(data: dict[str, Any], path: Path) -> str | None:
 
 
 def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run:
-    """Validate one finetune metrics.json (gpt1.finetune.build_metrics) and keep what the tables need."""
+    """Validate one finetune metrics.json (gpt1.finetuning.build_metrics) and keep what the tables need."""
     data = read_sealed_json(path, "finetune", ReportError)
     for key, kind, expected in (("task", "str", task), ("variant", "str", variant), ("seed", "int", seed)):
         found = checked_field(data, key, kind, path)

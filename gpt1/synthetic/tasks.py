@@ -13,12 +13,12 @@ from __future__ import annotations
 import random
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import datasets
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import SyntheticDataError
 from gpt1.synthetic.corpus import ADJECTIVES, NAMES, NOUNS, PLACES, VERBS
 
 Row = dict[str, Any]
@@ -30,10 +30,6 @@ ANIMATE = ["dog", "child", "farmer", "sailor", "cat", "teacher"]
 THINGS = ["ball", "bucket", "ladder", "parcel", "basket", "stone"]
 ANIMATE_REASONS = ["hungry", "tired", "curious", "angry"]  # the pronoun refers to the first (animate) candidate
 THING_REASONS = ["heavy", "broken", "slippery", "empty"]  # ... or to the second (a thing)
-
-
-class SyntheticDataError(Gpt1Error):
-    pass
 
 
 def _glue_features(text: tuple[str, ...], label: datasets.ClassLabel | datasets.Value) -> datasets.Features:
@@ -230,16 +226,6 @@ _GENERATORS: dict[tuple[str, str], tuple[Callable[..., Row], int]] = {
 }
 
 
-def _hub_splits(path: str, config: str) -> tuple[str, ...]:
-    from gpt1.tasks import TASKS
-
-    for spec in TASKS.values():
-        if spec.path == path and config in spec.configs:
-            return spec.splits
-    raise SyntheticDataError(f"synthetic data: no registered task reads {path} ({config}); "
-                             f"known: {', '.join(f'{p} ({c})' for p, c in FEATURES)}")
-
-
 def _rows(path: str, config: str, split: str, rows: int, rng: random.Random) -> list[Row]:
     if path == "ehovy/race":
         out: list[Row] = []
@@ -258,12 +244,17 @@ def _rows(path: str, config: str, split: str, rows: int, rng: random.Random) -> 
     return out
 
 
-def synthetic_split(path: str, config: str | None, split: str, rows: int = 64, seed: int = 0) -> datasets.Dataset:
+def synthetic_split(path: str, config: str | None, split: str, rows: int = 64, seed: int = 0, *,
+                    splits: Sequence[str]) -> datasets.Dataset:
     """A made-up split of a registered hub dataset, with the hub's exact features; deterministic in its arguments.
+    `splits`: the dataset's hub splits (its task's `TaskSpec.splits`; the registry, `gpt1.tasks`, imports this
+    module, not the other way round).
 
     GLUE test splits carry label -1 everywhere, as on the hub (their labels are hidden)."""
     config = config or "default"
-    splits = _hub_splits(path, config)
+    if (path, config) not in FEATURES:
+        raise SyntheticDataError(f"synthetic data: no registered task reads {path} ({config}); "
+                                 f"known: {', '.join(f'{p} ({c})' for p, c in FEATURES)}")
     if split not in splits:
         raise SyntheticDataError(f"synthetic data: {path} ({config}) has no split {split!r}; "
                                  f"hub splits: {', '.join(splits)}")

@@ -8,7 +8,8 @@ from snakemake.settings.types import DeploymentMethod
 
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
 from gpt1.codedeps import stage_code  # noqa: E402
-from gpt1.config import ConfigError, validate as validate_params, yaml12_floats  # noqa: E402
+from gpt1.config import validate as validate_params, yaml12_floats  # noqa: E402
+from gpt1.errors import ConfigError  # noqa: E402
 
 # `configfile:` reads YAML 1.1, where `lr: 1e-3` is the string '1e-3'; params.yaml means YAML 1.2 (as DVC and the
 # gpt1 CLI read it). Then the same checks and one-line messages as the CLI: ../schemas/params.schema.yaml and the

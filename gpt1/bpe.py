@@ -1,0 +1,38 @@
+"""The bpe stage (`gpt1 bpe`): learn the GPT-1 BPE on the cleaned corpus with `gpt1.tokenizer` and write the
+tokenizer folder; one MLflow run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpt1.tokenizer import META_FILE, TOKENIZER_FILE, GPT1Tokenizer, train_on_corpus
+
+
+def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
+    """`gpt1 bpe`: learn the BPE on CORPUS/train.jsonl; write OUT/tokenizer.json and OUT/gpt1_tokenizer.json."""
+    import time
+
+    from gpt1.files import read_json, require_files, staged_outputs, verify_file
+    from gpt1.tracking import stage_run
+
+    require_files("clean", corpus_dir / "train.jsonl", corpus_dir / "manifest.json")
+    bpe, chunk_chars = cfg.section("bpe"), cfg.section("encode")["chunk_chars"]
+    manifest = read_json(corpus_dir / "manifest.json")
+    verify_file(corpus_dir / "train.jsonl", manifest.get("train"), "clean", corpus_dir / "manifest.json")
+    with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
+        run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
+        train_file = corpus_dir / "train.jsonl"
+        run.log_dataset("corpus/train.jsonl", f"gpt1 clean:{train_file}", manifest["train"]["sha256"], "train")
+        start = time.perf_counter()
+        tok = train_on_corpus(corpus_dir / "train.jsonl", bpe, chunk_chars, workers)
+        seconds = time.perf_counter() - start
+        if tok.n_merges < bpe["merges"]:
+            print(f"bpe: the corpus yields only {tok.n_merges} of {bpe['merges']} merges at min_frequency "
+                  f"{bpe['min_frequency']}")
+        with staged_outputs(out / TOKENIZER_FILE, out / META_FILE) as (tmp_tok, tmp_meta):
+            tok.save_files(tmp_tok, tmp_meta)
+        run.set_tags({"gpt1.tokenizer_sha256": tok.fingerprint()})
+        run.log_metrics({"train_seconds": seconds, "merges": tok.n_merges, "base_vocab_size": tok.base_vocab_size})
+        run.log_artifact(out / TOKENIZER_FILE)
+        run.log_artifact(out / META_FILE)
+    return tok

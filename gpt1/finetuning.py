@@ -1,0 +1,589 @@
+"""Fine-tuning (paper §3.2-3.3), a library: variants, the loop (L3 = L2 + λ·L1), evaluation records; the finetune
+and layers stages both run their jobs through it. It reads no params.yaml file, opens no MLflow run and knows no
+results path: a job gets the profile's fine-tuning settings as `config.FinetuneSettings` and returns its metrics,
+prediction lines and curves in memory (`FinetuneResult`); the stages write and log them.
+
+One job = one task x one variant x one seed. The pieces, in the order a job runs them:
+
+* Variants (`VARIANTS`): where the weights and the tokenizer come from -- our pre-trained GPT (`pretrained`), the
+  same architecture randomly initialised (`scratch`), our GPT without the auxiliary LM loss (`no_aux`), our LSTM
+  (`lstm`), or the released GPT-1 (`released`). `transfer_layers=k` keeps the embeddings and the first k blocks
+  and re-initialises the rest (Figure 2, left).
+* Model (`gpt1.heads`): the start/delimiter/extract tokens are appended to the embedding (N(0, 0.02)); a head
+  reads the last layer's state at the extract token. classification/entailment: dropout + Linear(C, labels);
+  similarity: the two orders' states summed, then dropout + Linear (2 classes, or 1 output with MSE for STS-B);
+  multiple choice: one score per (context, answer) sequence, softmax over the answers.
+* Objective (`gpt1.heads`): L3 = L2 + λ·L1, L1 the next-token loss over the real tokens of every task sequence
+  (padding ignored).
+* Recipe (params.yaml `finetune`): AdamW with decoupled weight decay on matrices only, linear warm-up then linear
+  decay to 0, no early stopping. Story Cloze alone selects its best epoch on a slice of its training cut (below).
+* Data (`gpt1.taskdata`): the task's train split or its declared cut; every report is scored on
+  `tasks.evaluation_split`, and on the complement of the training cut when that is the same split, so no example is
+  both trained and scored on. The pipeline encodes each task once (the encode_task stage) and its jobs read that.
+
+The job's seed decides initialisation, dropout and batch order; which examples it sees does not depend on it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from gpt1 import metrics as metric_lib
+from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, build_model, config_from_dict, load_pretrained
+from gpt1.config import FinetuneSettings
+from gpt1.errors import FinetuneError
+from gpt1.files import read_json
+from gpt1.heads import (
+    Batch,
+    Decoded,
+    FinetuneModel,
+    Transfer,
+    add_specials,
+    collate,
+    compute_losses,
+    decode,
+    transfer_init,
+)
+from gpt1.runtime import autocast, default_device, resolve_precision, seed_everything
+from gpt1.taskdata import (
+    DATA_SEED,
+    SELECTION_FRACTION,
+    DataSource,
+    EvalPart,
+    Part,
+    TaskData,
+    carve_selection,
+    data_settings,
+    data_source,
+    finetune_task,
+    narrow,
+    plan_task_data,
+    read_encoded,
+    train_cut,
+)
+from gpt1.tasks import (
+    Cut,
+    Example,
+    ReportSpec,
+    TaskSpec,
+    report_examples,
+)
+from gpt1.tokenizer import FINETUNE_SPECIALS, GPT1Tokenizer
+
+# Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+RELEASED_HUB_ID = "openai-community/openai-gpt"
+REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
+RELEASED_VOCAB_FILES = (("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt"))
+
+# ----------------------------------------------------------------------------------------------------------------
+# Variants
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    init: Literal["checkpoint", "random", "released"]  # weights: our pretrain folder, its config only, or GPT-1's
+    model_kind: Literal["gpt", "lstm"]  # what the pretrain folder must hold
+    lm_weight: float | None  # None: finetune.lm_weight; a number overrides it (no_aux: 0)
+    description: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("pretrained", "checkpoint", "gpt", None, "our pre-trained GPT"),
+    Variant("scratch", "random", "gpt", None, "the same architecture, randomly initialised (no pre-training)"),
+    Variant("no_aux", "checkpoint", "gpt", 0.0, "our pre-trained GPT without the auxiliary LM loss (λ = 0)"),
+    Variant("lstm", "checkpoint", "lstm", None, "our pre-trained LSTM language model"),
+    Variant("released", "released", "gpt", None, f"the released GPT-1 ({RELEASED_HUB_ID})"),
+)}  # fmt: skip
+
+
+def get_variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise FinetuneError(f"--variant {name!r} is unknown; valid: {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model and tokenizer
+
+
+def _require_pretrain_files(folder: Path, variant: Variant) -> None:
+    stage = "gpt1 pretrain --model lstm" if variant.model_kind == "lstm" else "gpt1 pretrain"
+    needed = (MODEL_JSON,) if variant.init == "random" else (MODEL_JSON, MODEL_FILE)
+    for name in needed:
+        if not (folder / name).is_file():
+            raise FinetuneError(f"{folder / name}: missing; run the pretrain stage ({stage} --out {folder}) first")
+
+
+def _is_local(source: str) -> bool:
+    """A path rather than a hub id ('org/name'): absolute, relative with ./.., or deeper than org/name."""
+    return Path(source).exists() or source.startswith((".", "/", "~")) or source.count("/") > 1
+
+
+def _has_released_vocab(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / v).is_file() and (folder / m).is_file() for v, m in RELEASED_VOCAB_FILES)
+
+
+def released_tokenizer(source: str, tokenizer_dir: Path | None) -> tuple[GPT1Tokenizer, str]:
+    """The released BPE: beside the weights, else in tokenizer_dir, else the shared reference copy (the same
+    files the hub publishes), else from the hub id. Returns (tokenizer, where it came from)."""
+    from gpt1.tokenizer import load_released
+
+    candidates = [Path(source), tokenizer_dir, REFERENCE_BPE]
+    for folder in candidates:
+        if folder is not None and _has_released_vocab(Path(folder)):
+            return load_released(folder), str(folder)
+    if not _is_local(source):
+        return load_released(source), source
+    raise FinetuneError(f"{source}: no released vocabulary ({' or '.join(' + '.join(p) for p in RELEASED_VOCAB_FILES)})"
+                        f" there, in {tokenizer_dir} or in {REFERENCE_BPE}")
+
+
+def load_tokenizer(variant: Variant, pretrained: str, tokenizer_dir: Path | None) -> tuple[GPT1Tokenizer, str]:
+    if variant.init == "released":
+        return released_tokenizer(pretrained, tokenizer_dir)
+    if tokenizer_dir is None:
+        raise FinetuneError(f"--tokenizer is required for variant {variant.name} (the folder of gpt1 bpe)")
+    return GPT1Tokenizer.load(tokenizer_dir), str(tokenizer_dir)
+
+
+def load_backbone(variant: Variant, pretrained: str) -> tuple[nn.Module, dict[str, Any]]:
+    """(language model, meta) for a variant; meta as gpt1.checkpoints.load_pretrained returns it."""
+    if variant.init == "released":
+        if _is_local(pretrained) and not (Path(pretrained) / "config.json").is_file():
+            raise FinetuneError(f"{Path(pretrained) / 'config.json'}: missing; give a Hugging Face OpenAIGPT folder "
+                                f"(gpt1 export --format hf) or a hub id such as {RELEASED_HUB_ID}")
+        return load_pretrained(pretrained)
+    folder = Path(pretrained)
+    _require_pretrain_files(folder, variant)
+    meta = read_json(folder / MODEL_JSON)
+    if meta.get("kind") != variant.model_kind:
+        raise FinetuneError(f"{folder / MODEL_JSON}: holds a {meta.get('kind')!r} model; variant {variant.name} "
+                            f"needs {variant.model_kind!r} (gpt1 pretrain --model {variant.model_kind})")
+    if variant.init == "random":
+        # The "no pre-training" ablation: the pre-trained model's architecture, nothing of its weights.
+        config = config_from_dict(meta["kind"], meta["config"], str(folder / MODEL_JSON))
+        return build_model(meta["kind"], config), {**meta, "source": str(folder / MODEL_JSON), "step": 0, "tokens": 0}
+    return load_pretrained(folder)
+
+
+def check_pair(model: nn.Module, meta: dict[str, Any], tokenizer: GPT1Tokenizer, where: str, tok_where: str) -> None:
+    """Refuse, before training, a checkpoint and tokenizer that do not belong together, or that leave the
+    specials nowhere to go: the specials take ids base_vocab..base_vocab+2, right after the checkpoint's rows."""
+    base = tokenizer.base_vocab_size
+    expected = {name: base + i for i, name in enumerate(FINETUNE_SPECIALS)}
+    if tokenizer.specials != expected:
+        raise FinetuneError(f"{tok_where}: the tokenizer's specials are {tokenizer.specials}, expected {expected} "
+                            f"(the start/delimiter/extract tokens right after its {base} BPE tokens)")
+    vocab = model.config.vocab_size
+    if vocab > base:
+        raise FinetuneError(f"{where}: the checkpoint has {vocab} token rows, more than the tokenizer's {base} "
+                            f"({tok_where}): no room for the specials at ids {base}..{base + 2} (already resized, "
+                            f"or another tokenizer)")
+    if vocab < base:
+        raise FinetuneError(f"{where}: the checkpoint has {vocab} token rows, the tokenizer {tok_where} has {base}; "
+                            f"use the tokenizer the model was pre-trained with")
+    sha = meta.get("tokenizer_sha256")
+    if sha and sha != tokenizer.fingerprint():
+        raise FinetuneError(f"{where}: pre-trained with tokenizer sha256 {sha[:12]}..., but {tok_where} is "
+                            f"{tokenizer.fingerprint()[:12]}...; use the tokenizer folder of the same pipeline run")
+    if model.config.n_ctx < len(FINETUNE_SPECIALS) + 1:
+        raise FinetuneError(f"{where}: n_ctx={model.config.n_ctx} leaves no room for text beside the 3 specials")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Schedule, training, prediction
+
+
+def linear_lr_factor(update: int, warmup: int, total: int) -> float:
+    """Multiplier of the peak lr for update `update` (0-based) of `total`: linear warm-up to 1 over the first
+    `warmup` updates (the first update already moves: (u + 1) / warmup), then linear decay to 0 after the last."""
+    if update < warmup:
+        return (update + 1) / warmup
+    return max(0.0, (total - update) / max(1, total - warmup))
+
+
+def batches(part: Part, size: int, order: Sequence[int], regression: bool) -> Iterator[tuple[list[int], Batch]]:
+    """(positions, padded batch) in `order`, made one at a time (a whole padded dataset would not fit)."""
+    for start in range(0, len(order), size):
+        chosen = list(order[start : start + size])
+        labels = [part.examples[i].label for i in chosen]
+        yield chosen, collate([part.transformed[i] for i in chosen], labels, regression)
+
+
+@torch.no_grad()
+def predict(model: FinetuneModel, part: Part, batch_size: int, precision: str = "auto") -> np.ndarray:
+    """Task outputs for every example of `part`, in its order; batched by length so padding costs little."""
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(part.examples)), key=lambda i: max(len(s) for s in part.transformed[i].sequences))
+    rows: dict[int, np.ndarray] = {}
+    device = next(model.parameters()).device
+    for chosen, batch in batches(part, batch_size, order, model.regression):
+        with autocast(device, resolve_precision(precision, device)):
+            outputs = model(batch.to(device))
+        for i, row in zip(chosen, outputs.float().cpu().numpy(), strict=True):
+            rows[i] = row
+    model.train(was_training)
+    return np.stack([rows[i] for i in range(len(part.examples))])
+
+
+def score(spec: TaskSpec, examples: Sequence[Example], decoded: Decoded) -> dict[str, float]:
+    labels = np.array([e.label for e in examples])
+    return metric_lib.compute(spec.metrics, labels, decoded.predictions)
+
+
+@dataclass
+class Recipe:
+    lr: float
+    batch_size: int
+    epochs: int
+    warmup_fraction: float
+    lm_weight: float
+    weight_decay: float
+    eval_batch_size: int
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU (as pre-training)
+
+    @classmethod
+    def from_section(cls, finetune: dict[str, Any], lm_weight: float | None) -> Recipe:
+        return cls(finetune["lr"], finetune["batch_size"], finetune["epochs"], finetune["warmup_fraction"],
+                   finetune["lm_weight"] if lm_weight is None else lm_weight, finetune["weight_decay"],
+                   finetune["eval_batch_size"], finetune["precision"])
+
+
+@dataclass
+class Trained:
+    curves: list[dict[str, float]]
+    updates: int
+    warmup: int
+    tokens: int
+    train_seconds: float
+    selection: dict[str, Any] | None
+
+
+class Trainer:
+    """The fine-tuning loop: shuffled batches per epoch, AdamW + warm-up/linear decay, L3 per update."""
+
+    def __init__(self, model: FinetuneModel, recipe: Recipe, train: Part, seed: int,
+                 log: Callable[[list[dict[str, float]]], None] | None = None) -> None:
+        self.model, self.recipe, self.train, self.log = model, recipe, train, log
+        self.steps_per_epoch = math.ceil(len(train.examples) / recipe.batch_size)
+        self.total = recipe.epochs * self.steps_per_epoch
+        self.warmup = round(recipe.warmup_fraction * self.total)
+        self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=recipe.lr, betas=ADAM_BETAS,
+                                           eps=ADAM_EPS)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda u: linear_lr_factor(u, self.warmup, self.total))
+        self.order = torch.Generator().manual_seed(seed)  # batch order: the job's seed, independent of dropout
+        self.device = next(model.parameters()).device
+
+    def epoch(self, epoch: int, step: int, label: str) -> tuple[list[dict[str, float]], int, int]:
+        """One pass over the training examples; returns (curve rows, updates done so far, real tokens seen)."""
+        self.model.train()
+        order = torch.randperm(len(self.train.examples), generator=self.order).tolist()
+        rows, tokens = [], 0
+        bar = tqdm(batches(self.train, self.recipe.batch_size, order, self.model.regression), unit="batch",
+                   total=self.steps_per_epoch, desc=f"finetune {label} epoch {epoch + 1}/{self.recipe.epochs}",
+                   dynamic_ncols=True)
+        for _, cpu_batch in bar:
+            tick = time.perf_counter()
+            batch = cpu_batch.to(self.device)
+            lr = self.scheduler.get_last_lr()[0]
+            with autocast(self.device, resolve_precision(self.recipe.precision, self.device)):
+                losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
+            if not math.isfinite(losses.total.item()):
+                raise FinetuneError(f"update {step + 1}: the loss is {losses.total.item()}; lower finetune.lr")
+            losses.total.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            step += 1
+            tokens += batch.real_tokens
+            rows.append({"step": step, "epoch": epoch + 1, "lr": lr, "loss": losses.total.item(),
+                         "clf_loss": losses.clf.item(), "lm_loss": losses.lm.item()})
+            speed = batch.real_tokens / max(time.perf_counter() - tick, 1e-9)
+            bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}", tok_s=f"{speed:,.0f}", refresh=False)
+        bar.close()
+        if self.log is not None:
+            self.log(rows)
+        return rows, step, tokens
+
+    def run(self, label: str, select_on: Part | None, spec: TaskSpec) -> Trained:
+        """All epochs; with `select_on`, keep the weights of the epoch scoring best on it (accuracy; the first of
+        equals) and load them at the end."""
+        curves, step, tokens, started = [], 0, 0, time.perf_counter()
+        best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+        scores = []
+        for epoch in range(self.recipe.epochs):
+            rows, step, seen = self.epoch(epoch, step, label)
+            curves += rows
+            tokens += seen
+            if select_on is not None:
+                outputs = predict(self.model, select_on, self.recipe.eval_batch_size, self.recipe.precision)
+                value = score(spec, select_on.examples, decode(spec, outputs))[spec.paper_metric]
+                scores.append(value)
+                if best is None or value > best[0]:
+                    best = (value, epoch + 1, copy.deepcopy(self.model.state_dict()))
+        selection = None
+        if best is not None:
+            self.model.load_state_dict(best[2])
+            protocol = f"best epoch by {spec.paper_metric} on a validation slice of the training examples"
+            selection = {"protocol": protocol,
+                         "slice_examples": len(select_on.examples), "slice_fraction": SELECTION_FRACTION,
+                         "slice_seed": DATA_SEED, "epoch_scores": scores, "best_epoch": best[1]}
+        return Trained(curves, step, self.warmup, tokens, time.perf_counter() - started, selection)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A job: everything checked and loaded before training
+
+
+@dataclass
+class FinetuneJob:
+    spec: TaskSpec
+    variant: Variant
+    seed: int
+    transfer_layers: int | None
+    recipe: Recipe
+    model: FinetuneModel
+    tokenizer: GPT1Tokenizer
+    tokenizer_source: str
+    meta: dict[str, Any]
+    transfer: Transfer | None
+    cut: Cut | None
+    train: Part  # what the optimiser sees (Story Cloze: without the selection slice)
+    selection: Part | None  # Story Cloze's validation slice
+    evals: list[EvalPart]
+    source: DataSource
+    train_score_cap: int | None  # train metrics on at most this many training examples (finetune.max_eval_examples)
+    started: float  # perf_counter at the start of prepare_job: wall_seconds covers loading too
+
+
+def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, pretrained_dir: str | Path,
+                tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
+                present: Sequence[str] | None = None, examples_dir: str | Path | None = None,
+                max_train_examples: int | None = None, max_eval_examples: int | None = None) -> FinetuneJob:
+    """Check and load every input -- task, variant, weights, tokenizer, data -- before any training.
+
+    The data: the task's encoded examples in `examples_dir` (the encode_task stage), else loaded and transformed
+    here; `max_train_examples` / `max_eval_examples` narrow them further (the layer runs). `present` overrides the
+    splits the data source is taken to hold (default: what the source has)."""
+    started = time.perf_counter()
+    spec, chosen = finetune_task(task), get_variant(variant)
+    finetune = settings.finetune
+    if transfer_layers is not None and (chosen.init == "random" or chosen.model_kind == "lstm"):
+        raise FinetuneError(f"transfer_layers applies to a pre-trained GPT, not to variant {chosen.name}")
+    cut = train_cut(spec, finetune.get("train_cuts"))
+    pretrained = str(pretrained_dir)
+    tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
+    tokenizer, tok_source = load_tokenizer(chosen, pretrained, tok_dir)
+    seed_everything(seed)  # scratch init, transfer re-init, new token rows and the head all draw from it
+    lm, meta = load_backbone(chosen, pretrained)
+    where = meta.get("source") or pretrained
+    check_pair(lm, meta, tokenizer, where, tok_source)
+    transfer = transfer_init(lm, transfer_layers) if transfer_layers is not None else None
+    add_specials(lm, tokenizer)
+    model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(default_device())
+
+    source = data_source(settings.mirror, settings.synthetic, spec, present)
+    n_ctx = lm.config.n_ctx
+    if examples_dir is not None:
+        data = read_encoded(Path(examples_dir), spec, tokenizer.fingerprint(), n_ctx,
+                            data_settings(spec, finetune, source))
+    else:
+        data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
+    data = TaskData(narrow(data.train, max_train_examples), [narrow(p, max_eval_examples) for p in data.evals])
+    train, selection = carve_selection(spec, data.train)
+    recipe = Recipe.from_section(finetune, chosen.lm_weight)
+    eval_cap = max_eval_examples if max_eval_examples is not None else finetune["max_eval_examples"]
+    return FinetuneJob(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut,
+                       train, selection, data.evals, source, eval_cap, started)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Running and reporting
+
+
+@dataclass
+class FinetuneResult:
+    metrics: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    curves: list[dict[str, float]]
+
+
+def _round(value: Any) -> Any:
+    return round(float(value), 6)
+
+
+def prediction_records(spec: TaskSpec, report: ReportSpec, part: Part, positions: Sequence[int],
+                       decoded: Decoded) -> list[dict[str, Any]]:
+    out = []
+    for i in positions:
+        example = part.examples[i]
+        record: dict[str, Any] = {"report": report.name, "split": part.name, "index": example.index,
+                                  "label": example.label}
+        if example.config is not None:
+            record["config"] = example.config
+        if decoded.probabilities is None:
+            record["prediction"] = _round(decoded.predictions[i])
+            record["output"] = _round(decoded.outputs[i][0])
+        else:
+            record["prediction"] = int(decoded.predictions[i])
+            record["probabilities"] = [_round(p) for p in decoded.probabilities[i]]
+        out.append(record)
+    return out
+
+
+def _counts(part: Part, positions: Sequence[int]) -> dict[str, int]:
+    return {"examples": len(positions), "rows_read": part.loaded.rows_read,
+            "unlabelled_dropped": part.loaded.unlabelled_dropped, "capped": part.loaded.capped,
+            "truncated": sum(part.transformed[i].truncated for i in positions)}
+
+
+def evaluate_reports(job: FinetuneJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Score every report of the task on its evaluation part; (reports block of metrics.json, prediction lines)."""
+    reports, lines = {}, []
+    for part in job.evals:
+        decoded = decode(job.spec, predict(job.model, part, job.recipe.eval_batch_size, job.recipe.precision))
+        for report in part.reports:
+            positions = report_examples(job.spec, report, part.examples)
+            subset = dataclasses.replace(decoded, predictions=decoded.predictions[positions],
+                                         probabilities=None if decoded.probabilities is None else
+                                         decoded.probabilities[positions], outputs=decoded.outputs[positions])
+            reports[report.name] = {
+                "metrics": score(job.spec, [part.examples[i] for i in positions], subset),
+                "paper_metric": job.spec.paper_metric,
+                "split": part.split,
+                "evaluated_on": part.name,
+                "complement_of_train_cut": part.cut is not None,
+                "paper_split": report.test,
+                "is_paper_split": part.split == report.test,
+                "configs": list(report.configs or job.spec.configs),
+                "counts": {"train": len(job.train.examples), "eval": len(positions),
+                           **{k: v for k, v in _counts(part, positions).items() if k != "examples"}},
+                "description": part.loaded.describe(),
+            }
+            lines += prediction_records(job.spec, report, part, positions, decoded)
+    return reports, lines
+
+
+def train_metrics(job: FinetuneJob, cap: int | None) -> tuple[dict[str, float], int]:
+    """The final model on (a seeded subset of at most `cap` of) its own training examples: Figure 2 (left) draws
+    train accuracy beside dev accuracy."""
+    n = len(job.train.examples)
+    positions = list(range(n))
+    if cap is not None and n > cap:
+        positions = sorted(np.random.default_rng(DATA_SEED).choice(n, size=cap, replace=False).tolist())
+    part = job.train.subset(positions)
+    outputs = predict(job.model, part, job.recipe.eval_batch_size, job.recipe.precision)
+    return score(job.spec, part.examples, decode(job.spec, outputs)), \
+        len(positions)
+
+
+def _model_block(job: FinetuneJob) -> dict[str, Any]:
+    config = dataclasses.asdict(job.model.lm.config)
+    return {"kind": job.meta.get("kind"), "init": job.variant.init, "config": config, "source": job.meta.get("source"),
+            "pretrain_step": job.meta.get("step"), "pretrain_tokens": job.meta.get("tokens"),
+            "parameters": sum(p.numel() for p in job.model.parameters())}
+
+
+def build_metrics(job: FinetuneJob, trained: Trained, reports: dict[str, Any], train_scores: dict[str, float],
+                  train_scored: int, wall: float) -> dict[str, Any]:
+    cut = job.cut
+    return {
+        "task": job.spec.name,
+        "kind": job.spec.kind,
+        "variant": job.variant.name,
+        "seed": job.seed,
+        "transfer_layers": job.transfer_layers,
+        "reports": reports,
+        "train": {
+            "split": job.train.split,
+            "cut": None if cut is None else {"split": cut.split, "fraction": cut.end_fraction, "seed": cut.seed,
+                                             "description": str(cut)},
+            "examples": len(job.train.examples),
+            "rows_read": job.train.loaded.rows_read,
+            "unlabelled_dropped": job.train.loaded.unlabelled_dropped,
+            "capped": job.train.loaded.capped,
+            "truncated": job.train.truncated,
+            "selection_slice": 0 if job.selection is None else len(job.selection.examples),
+            "description": job.train.loaded.describe(),
+        },
+        "train_metrics": train_scores,
+        "train_metrics_examples": train_scored,
+        "train_accuracy": train_scores.get("accuracy"),
+        "selection": trained.selection,
+        "epochs": job.recipe.epochs,
+        "updates": trained.updates,
+        "warmup_updates": trained.warmup,
+        "lm_weight": job.recipe.lm_weight,
+        "recipe": dataclasses.asdict(job.recipe),
+        "final_loss": trained.curves[-1]["loss"] if trained.curves else None,
+        "tokens": trained.tokens,
+        "train_seconds": trained.train_seconds,
+        "tokens_per_second": trained.tokens / max(trained.train_seconds, 1e-9),
+        "wall_seconds": wall,
+        "model": _model_block(job),
+        "transfer": None if job.transfer is None else dataclasses.asdict(job.transfer),
+        "tokenizer": {"source": job.tokenizer_source, "sha256": job.tokenizer.fingerprint(),
+                      "n_ctx": job.model.lm.config.n_ctx},
+        "data": {"source": job.train.loaded.description.get("source"), "data_seed": DATA_SEED},
+    }
+
+
+def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
+    """Train, (Story Cloze: select the best epoch), evaluate every report; nothing is written to disk."""
+    total = len(job.train.examples)
+    print(f"finetune {job.spec.name}/{job.variant.name}/seed {job.seed}: {job.train.truncated} of {total} training "
+          f"examples and {sum(p.truncated for p in job.evals)} of {sum(len(p.examples) for p in job.evals)} "
+          f"evaluation examples truncated to n_ctx={job.model.lm.config.n_ctx}")
+    seed_everything(job.seed)  # dropout masks depend on the seed only, not on what loading drew before
+    trainer = Trainer(job.model, job.recipe, job.train, job.seed, log)
+    trained = trainer.run(f"{job.spec.name}/{job.variant.name}", job.selection, job.spec)
+    print(f"finetune: {trained.updates} updates, {trained.tokens:,} tokens in {trained.train_seconds:.1f} s "
+          f"({trained.tokens / max(trained.train_seconds, 1e-9):,.0f} tokens/s)")
+    reports, lines = evaluate_reports(job)
+    for name, block in reports.items():
+        values = ", ".join(f"{k} {v:.4f}" for k, v in block["metrics"].items())
+        print(f"finetune: {name} on {block['evaluated_on']} ({block['counts']['eval']} examples): {values}")
+    scores, scored = train_metrics(job, job.train_score_cap)
+    metrics = build_metrics(job, trained, reports, scores, scored, time.perf_counter() - job.started)
+    return FinetuneResult(metrics, lines, trained.curves)
+
+
+def finetune_run(settings: FinetuneSettings, task: str, variant: str, seed: int, pretrained_dir: str | Path,
+                 tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
+                 present: Sequence[str] | None = None, examples_dir: str | Path | None = None,
+                 max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                 log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
+    """One fine-tuning job in memory: prepare (every check before training), train, evaluate."""
+    job = prepare_job(settings, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers,
+                      present=present, examples_dir=examples_dir, max_train_examples=max_train_examples,
+                      max_eval_examples=max_eval_examples)
+    return finetune_job(job, log)
+
+
+__all__ = [
+    "VARIANTS",
+    "FinetuneJob",
+    "FinetuneResult",
+    "Variant",
+    "finetune_job",
+    "finetune_run",
+    "get_variant",
+    "linear_lr_factor",
+    "prepare_job",
+]
