@@ -40,6 +40,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from gpt1 import layout
 from gpt1 import metrics as metric_lib
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, build_model, config_from_dict, load_pretrained
 from gpt1.errors import FinetuneError
@@ -83,10 +84,8 @@ from gpt1.tasks import (
 )
 from gpt1.tokenizer import FINETUNE_SPECIALS, META_FILE, GPT1Tokenizer
 
-METRICS_FILE = "metrics.json"
-PREDICTIONS_FILE = "predictions.jsonl"
-CURVES_FILE = "curves.csv"
-OUTPUT_FILES = (METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE)
+METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE = layout.FINETUNE_FILES
+OUTPUT_FILES = layout.FINETUNE_FILES
 CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8

@@ -20,6 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers.models import BPE
 
+from gpt1 import layout
 from gpt1.errors import Gpt1Error
 from gpt1.files import pool_size, sha256_text
 
@@ -28,8 +29,8 @@ SUFFIX = "</w>"
 # Reserved after the BPE vocabulary, never produced from text: the fine-tuning input transformations use them.
 FINETUNE_SPECIALS = ("_start_", "_delimiter_", "_classify_")
 PRETOKENIZERS = ("spacy", "fast")
-TOKENIZER_FILE = "tokenizer.json"
-META_FILE = "gpt1_tokenizer.json"
+TOKENIZER_FILE = layout.TOKENIZER_FILE
+META_FILE = layout.TOKENIZER_META
 
 
 class TokenizerError(Gpt1Error):
@@ -348,16 +349,17 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     from gpt1.files import read_json, require_files, staged_outputs, verify_file
     from gpt1.tracking import stage_run
 
-    require_files("clean", corpus_dir / "train.jsonl", corpus_dir / "manifest.json")
+    require_files("clean", corpus_dir / layout.corpus_split("train"), corpus_dir / layout.CORPUS_MANIFEST)
     bpe, chunk_chars = cfg.section("bpe"), cfg.section("encode")["chunk_chars"]
-    manifest = read_json(corpus_dir / "manifest.json")
-    verify_file(corpus_dir / "train.jsonl", manifest.get("train"), "clean", corpus_dir / "manifest.json")
+    manifest = read_json(corpus_dir / layout.CORPUS_MANIFEST)
+    verify_file(corpus_dir / layout.corpus_split("train"), manifest.get("train"), "clean",
+                corpus_dir / layout.CORPUS_MANIFEST)
     with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
         run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
-        train_file = corpus_dir / "train.jsonl"
+        train_file = corpus_dir / layout.corpus_split("train")
         run.log_dataset("corpus/train.jsonl", f"gpt1 clean:{train_file}", manifest["train"]["sha256"], "train")
         start = time.perf_counter()
-        tok = train_on_corpus(corpus_dir / "train.jsonl", bpe, chunk_chars, workers)
+        tok = train_on_corpus(corpus_dir / layout.corpus_split("train"), bpe, chunk_chars, workers)
         seconds = time.perf_counter() - start
         if tok.n_merges < bpe["merges"]:
             print(f"bpe: the corpus yields only {tok.n_merges} of {bpe['merges']} merges at min_frequency "
