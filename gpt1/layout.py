@@ -15,6 +15,14 @@ from collections.abc import Callable
 
 # ---------------------------------------------------------------------------------------------------- folders
 
+RESULTS = "results"  # relative to the repository root: one folder per profile
+
+
+def profile_dir(profile: str) -> str:
+    """results/<profile>: what every other path here is relative to."""
+    return f"{RESULTS}/{profile}"
+
+
 CORPUS = "corpus"  # fetch, clean
 TOKENIZER = "tokenizer"  # bpe
 IDS = "ids"  # encode

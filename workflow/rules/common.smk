@@ -63,7 +63,7 @@ def data_mirror():
 
 def out(*parts):
     """A path under results/<profile>/ (the parts: gpt1.layout's names)."""
-    return os.path.join("results", PROFILE, *parts)
+    return os.path.join(layout.profile_dir(PROFILE), *parts)
 
 
 def outs(paths):
