@@ -154,7 +154,7 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
     with stage_run("fetch", cfg.profile, cfg.root["mlflow"]["experiment"], {"corpus": corpus}) as run:
         info = fetch(corpus, cfg.data_mirror, out / layout.RAW, out / layout.RAW_MANIFEST)
         run.set_tags({"gpt1.data_source": info["source"], "gpt1.data_sha256": info["sha256"]})
-        run.log_dataset("corpus/raw.jsonl", info["source"], info["sha256"], "fetched")
+        run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", info["source"], info["sha256"], "fetched")
         run.log_metrics({"documents": info["documents"], "text_bytes": info["text_bytes"]})
         run.log_artifact(out / layout.RAW_MANIFEST)
     return info
@@ -172,7 +172,7 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
     with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})
-        run.log_dataset("corpus/raw.jsonl", raw_info["source"], raw_info["sha256"], "raw")
+        run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", raw_info["source"], raw_info["sha256"], "raw")
         outputs = {split: out / layout.corpus_split(split) for split in SPLITS}
         info = clean(raw_dir / layout.RAW, corpus, outputs, out / layout.CORPUS_MANIFEST, workers)
         run.log_metrics({

@@ -154,7 +154,8 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
         for split in layout.SPLITS:
             name = layout.corpus_split(split)
-            run.log_dataset(f"corpus/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"], split)
+            run.log_dataset(f"{layout.CORPUS}/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"],
+                            split)
             start = time.perf_counter()
             header = encode_split(tokenizer_dir, corpus_dir / name, out / layout.ids_bin(split),
                                   out / layout.ids_header(split), encode["dtype"], encode["chunk_chars"], workers)

@@ -357,9 +357,10 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
         run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
         train_file = corpus_dir / layout.corpus_split("train")
-        run.log_dataset("corpus/train.jsonl", f"gpt1 clean:{train_file}", manifest["train"]["sha256"], "train")
+        run.log_dataset(f"{layout.CORPUS}/{train_file.name}", f"gpt1 clean:{train_file}", manifest["train"]["sha256"],
+                        "train")
         start = time.perf_counter()
-        tok = train_on_corpus(corpus_dir / layout.corpus_split("train"), bpe, chunk_chars, workers)
+        tok = train_on_corpus(train_file, bpe, chunk_chars, workers)
         seconds = time.perf_counter() - start
         if tok.n_merges < bpe["merges"]:
             print(f"bpe: the corpus yields only {tok.n_merges} of {bpe['merges']} merges at min_frequency "
