@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpt1 import layout
 from gpt1.tokenizer import META_FILE, TOKENIZER_FILE, GPT1Tokenizer, train_on_corpus
 
 
@@ -15,16 +16,17 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     from gpt1.files import read_json, require_files, staged_outputs, verify_file
     from gpt1.tracking import stage_run
 
-    require_files("clean", corpus_dir / "train.jsonl", corpus_dir / "manifest.json")
+    train_file, manifest_file = corpus_dir / layout.corpus_split("train"), corpus_dir / layout.CORPUS_MANIFEST
+    require_files("clean", train_file, manifest_file)
     bpe, chunk_chars = cfg.section("bpe"), cfg.section("encode")["chunk_chars"]
-    manifest = read_json(corpus_dir / "manifest.json")
-    verify_file(corpus_dir / "train.jsonl", manifest.get("train"), "clean", corpus_dir / "manifest.json")
+    manifest = read_json(manifest_file)
+    verify_file(train_file, manifest.get("train"), "clean", manifest_file)
     with stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
         run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
-        train_file = corpus_dir / "train.jsonl"
-        run.log_dataset("corpus/train.jsonl", f"gpt1 clean:{train_file}", manifest["train"]["sha256"], "train")
+        run.log_dataset(f"{layout.CORPUS}/{train_file.name}", f"gpt1 clean:{train_file}", manifest["train"]["sha256"],
+                        "train")
         start = time.perf_counter()
-        tok = train_on_corpus(corpus_dir / "train.jsonl", bpe, chunk_chars, workers)
+        tok = train_on_corpus(train_file, bpe, chunk_chars, workers)
         seconds = time.perf_counter() - start
         if tok.n_merges < bpe["merges"]:
             print(f"bpe: the corpus yields only {tok.n_merges} of {bpe['merges']} merges at min_frequency "

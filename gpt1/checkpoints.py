@@ -22,15 +22,16 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
+from gpt1 import layout
 from gpt1.errors import CheckpointError
 from gpt1.files import first_difference, read_json, verify_file
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 
 MODEL_KINDS = ("gpt", "lstm")
-MODEL_FILE = "model.safetensors"
-MODEL_JSON = "model.json"
-SNAPSHOT_DIR = "snapshots"
-SNAPSHOT_INDEX = "index.json"
+MODEL_FILE = layout.MODEL_WEIGHTS
+MODEL_JSON = layout.MODEL_JSON
+SNAPSHOT_DIR = layout.SNAPSHOTS
+SNAPSHOT_INDEX = layout.SNAPSHOT_INDEX
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from gpt1 import layout
 from gpt1.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
@@ -98,7 +99,7 @@ class Config:
         return Path(value) if value else None
 
     def results(self, *parts: str) -> Path:
-        return Path("results", self.profile, *parts)
+        return Path(layout.profile_dir(self.profile), *parts)
 
 
 @dataclass(frozen=True)

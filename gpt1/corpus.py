@@ -12,6 +12,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from gpt1 import layout
 from gpt1.errors import Gpt1Error
 from gpt1.files import (
     file_record,
@@ -24,7 +25,7 @@ from gpt1.files import (
 )
 from gpt1.sources import iter_documents, source_description
 
-SPLITS = ("train", "validation")
+SPLITS = layout.SPLITS
 
 
 def capped(documents: Iterable[dict[str, str]], max_documents: int | None, max_bytes: int | None):
@@ -151,11 +152,11 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
 
     corpus = cfg.section("corpus")
     with stage_run("fetch", cfg.profile, cfg.root["mlflow"]["experiment"], {"corpus": corpus}) as run:
-        info = fetch(corpus, cfg.data_mirror, out / "raw.jsonl", out / "raw.manifest.json")
+        info = fetch(corpus, cfg.data_mirror, out / layout.RAW, out / layout.RAW_MANIFEST)
         run.set_tags({"gpt1.data_source": info["source"], "gpt1.data_sha256": info["sha256"]})
-        run.log_dataset("corpus/raw.jsonl", info["source"], info["sha256"], "fetched")
+        run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", info["source"], info["sha256"], "fetched")
         run.log_metrics({"documents": info["documents"], "text_bytes": info["text_bytes"]})
-        run.log_artifact(out / "raw.manifest.json")
+        run.log_artifact(out / layout.RAW_MANIFEST)
     return info
 
 
@@ -164,21 +165,21 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     from gpt1.files import read_json, require_files, verify_file
     from gpt1.tracking import stage_run
 
-    require_files("fetch", raw_dir / "raw.jsonl", raw_dir / "raw.manifest.json")
+    require_files("fetch", raw_dir / layout.RAW, raw_dir / layout.RAW_MANIFEST)
     corpus = cfg.section("corpus")
-    raw_info = read_json(raw_dir / "raw.manifest.json")
-    verify_file(raw_dir / "raw.jsonl", raw_info, "fetch", raw_dir / "raw.manifest.json")
+    raw_info = read_json(raw_dir / layout.RAW_MANIFEST)
+    verify_file(raw_dir / layout.RAW, raw_info, "fetch", raw_dir / layout.RAW_MANIFEST)
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
     with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})
-        run.log_dataset("corpus/raw.jsonl", raw_info["source"], raw_info["sha256"], "raw")
-        outputs = {split: out / f"{split}.jsonl" for split in SPLITS}
-        info = clean(raw_dir / "raw.jsonl", corpus, outputs, out / "manifest.json", workers)
+        run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", raw_info["source"], raw_info["sha256"], "raw")
+        outputs = {split: out / layout.corpus_split(split) for split in SPLITS}
+        info = clean(raw_dir / layout.RAW, corpus, outputs, out / layout.CORPUS_MANIFEST, workers)
         run.log_metrics({
             "dropped_empty": info["dropped_empty"],
             "dropped_duplicate": info["dropped_duplicate"],
             **{f"{s}_documents": info[s]["documents"] for s in SPLITS},
             **{f"{s}_text_bytes": info[s]["text_bytes"] for s in SPLITS},
         })
-        run.log_artifact(out / "manifest.json")
+        run.log_artifact(out / layout.CORPUS_MANIFEST)
     return info

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpt1 import layout
 from gpt1.files import read_json, verify_file
 from gpt1.ids import encode_split
 from gpt1.tokenizer import GPT1Tokenizer
@@ -17,25 +18,27 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     from gpt1.files import require_files
     from gpt1.tracking import stage_run
 
-    require_files("clean", *(corpus_dir / f"{split}.jsonl" for split in ("train", "validation")),
-                  corpus_dir / "manifest.json")
-    manifest = read_json(corpus_dir / "manifest.json")
-    for split in ("train", "validation"):
-        verify_file(corpus_dir / f"{split}.jsonl", manifest.get(split), "clean", corpus_dir / "manifest.json")
+    require_files("clean", *(corpus_dir / layout.corpus_split(split) for split in layout.SPLITS),
+                  corpus_dir / layout.CORPUS_MANIFEST)
+    manifest = read_json(corpus_dir / layout.CORPUS_MANIFEST)
+    for split in layout.SPLITS:
+        verify_file(corpus_dir / layout.corpus_split(split), manifest.get(split), "clean",
+                    corpus_dir / layout.CORPUS_MANIFEST)
     GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
     encode = cfg.section("encode")
     headers = {}
     with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
-        for split in ("train", "validation"):
-            name = f"{split}.jsonl"
-            run.log_dataset(f"corpus/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"], split)
+        for split in layout.SPLITS:
+            name = layout.corpus_split(split)
+            run.log_dataset(f"{layout.CORPUS}/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"],
+                            split)
             start = time.perf_counter()
-            header = encode_split(tokenizer_dir, corpus_dir / f"{split}.jsonl", out / f"{split}.bin",
-                                  out / f"{split}.json", encode["dtype"], encode["chunk_chars"], workers)
+            header = encode_split(tokenizer_dir, corpus_dir / name, out / layout.ids_bin(split),
+                                  out / layout.ids_header(split), encode["dtype"], encode["chunk_chars"], workers)
             seconds = time.perf_counter() - start
             run.log_metrics({f"{split}_tokens": header["tokens"],
                              f"{split}_tokens_per_second": header["tokens"] / seconds})
-            run.log_artifact(out / f"{split}.json")
+            run.log_artifact(out / layout.ids_header(split))
             headers[split] = header
         run.set_tags({"gpt1.tokenizer_sha256": headers["train"]["tokenizer_sha256"]})
     return headers

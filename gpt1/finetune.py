@@ -12,16 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpt1 import layout
 from gpt1.config import finetune_settings
 from gpt1.files import file_record, staged_outputs, without_timings, write_sealed_json
 from gpt1.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_job
 from gpt1.taskdata import part_sha256, part_source
 from gpt1.tokenizer import META_FILE
 
-METRICS_FILE = "metrics.json"
-PREDICTIONS_FILE = "predictions.jsonl"
-CURVES_FILE = "curves.csv"
-OUTPUT_FILES = (METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE)
+METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE = layout.FINETUNE_FILES
+OUTPUT_FILES = layout.FINETUNE_FILES
 CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from gpt1 import layout
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_json, require_files, staged_outputs, without_timings, write_sealed_json
 
@@ -43,8 +44,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
 
     if task not in CURVE_REPORT:
         raise Gpt1Error(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
-    require_files("pretrain", Path(pretrained_dir) / "model.json")
-    n_layer = read_json(Path(pretrained_dir) / "model.json")["config"]["n_layer"]
+    require_files("pretrain", Path(pretrained_dir) / layout.MODEL_JSON)
+    n_layer = read_json(Path(pretrained_dir) / layout.MODEL_JSON)["config"]["n_layer"]
     runs, points = {}, []
     settings = finetune_settings(cfg)
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
@@ -60,12 +61,12 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
             run.log_metrics({"train_accuracy": points[-1]["train_accuracy"],
                              "dev_accuracy": points[-1]["dev_accuracy"]}, step=k)
             print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}")
-        with staged_outputs(out_dir / "layers.json", out_dir / "layers.csv") as (json_tmp, csv_tmp):
+        with staged_outputs(out_dir / layout.LAYERS_JSON, out_dir / layout.LAYERS_CSV) as (json_tmp, csv_tmp):
             with open(csv_tmp, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=FIELDS)
                 writer.writeheader()
                 writer.writerows(points)
             write_sealed_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
-                                         "runs": runs, "files": {"layers.csv": file_record(csv_tmp)}})
-        run.log_artifact(out_dir / "layers.csv")
+                                         "runs": runs, "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
+        run.log_artifact(out_dir / layout.LAYERS_CSV)
     return points

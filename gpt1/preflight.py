@@ -11,6 +11,7 @@ import tempfile
 from argparse import Namespace
 from pathlib import Path
 
+from gpt1 import layout
 from gpt1.errors import Gpt1Error
 
 # Arguments naming the folder of an earlier stage, and that stage.
@@ -18,10 +19,10 @@ INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "
                  "model_dir": "pretrain", "examples": "encode-task"}
 # Of those, the ones that must be folders (--pretrained may also be a weights file or a hub id).
 FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir", "examples")
-CORPUS_SPLITS = ("train.jsonl", "validation.jsonl")
+CORPUS_SPLITS = tuple(layout.corpus_split(split) for split in layout.SPLITS)
 # Keys stages read from earlier stages' JSON files: valid JSON without them is the input to blame for a KeyError.
-READ_KEYS = {"raw.manifest.json": ("source", "sha256"), "manifest.json": ("train",),
-             "model.json": ("kind", "config"), "gpt1_tokenizer.json": ("pretokenizer", "sha256")}
+READ_KEYS = {layout.RAW_MANIFEST: ("source", "sha256"), layout.CORPUS_MANIFEST: ("train",),
+             layout.MODEL_JSON: ("kind", "config"), layout.TOKENIZER_META: ("pretokenizer", "sha256")}
 
 
 def _flag(attr: str) -> str:
@@ -139,7 +140,7 @@ def _ids_header_problem(path: Path, header: object) -> str | None:
 
 def _tokenizer_problem(folder: Path) -> tuple[Path, str] | None:
     """A tokenizer.json that parses as JSON but does not load."""
-    backend = folder / "tokenizer.json"
+    backend = folder / layout.TOKENIZER_FILE
     if backend.is_file():
         from tokenizers import Tokenizer
 
@@ -193,7 +194,7 @@ def diagnose_inputs(args: Namespace) -> str | None:
             continue  # a folder it cannot read is not where to look: the error itself is reported then
         if found:
             path, problem = found
-            if (Path(folder) / "config.json").is_file() and not (Path(folder) / "model.json").is_file():
+            if (Path(folder) / "config.json").is_file() and not (Path(folder) / layout.MODEL_JSON).is_file():
                 producer = "export"  # a Hugging Face folder
             return f"{path}: {problem}; re-run gpt1 {producer} (it writes {_flag(attr)} {folder})"
     return None

@@ -47,6 +47,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from gpt1 import layout
 from gpt1.checkpoints import (
     MODEL_FILE,
     MODEL_JSON,
@@ -76,8 +77,8 @@ from gpt1.runtime import (
 )
 from gpt1.tokenizer import GPT1Tokenizer
 
-METRICS_FILE = "metrics.json"
-CURVES_FILE = "curves.csv"
+METRICS_FILE = layout.PRETRAIN_METRICS
+CURVES_FILE = layout.PRETRAIN_CURVES
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from gpt1 import layout
 from gpt1.errors import TaskDataError
 from gpt1.files import file_record, read_jsonl, read_sealed_json, staged_outputs, verify_file, write_sealed_json
 from gpt1.tasks import (
@@ -43,8 +44,8 @@ DATA_SEED = 0
 SELECT_BEST_EPOCH = frozenset({"story_cloze"})  # no training split to spare: pick the best epoch on a slice
 SELECTION_FRACTION = 0.1
 # The settings that decide which examples a task's jobs see, and so what the encoded examples hold.
-ENCODED_JSON = "encoded.json"
-EXAMPLES_FILE = "examples.jsonl"
+ENCODED_JSON = layout.ENCODED_JSON
+EXAMPLES_FILE = layout.EXAMPLES_FILE
 ENCODE_STAGE = "encode_task"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers.models import BPE
 
+from gpt1 import layout
 from gpt1.errors import TokenizerError
 from gpt1.files import pool_size, sha256_text
 
@@ -28,8 +29,8 @@ SUFFIX = "</w>"
 # Reserved after the BPE vocabulary, never produced from text: the fine-tuning input transformations use them.
 FINETUNE_SPECIALS = ("_start_", "_delimiter_", "_classify_")
 PRETOKENIZERS = ("spacy", "fast")
-TOKENIZER_FILE = "tokenizer.json"
-META_FILE = "gpt1_tokenizer.json"
+TOKENIZER_FILE = layout.TOKENIZER_FILE
+META_FILE = layout.TOKENIZER_META
 
 
 def standardize(text: str) -> str:

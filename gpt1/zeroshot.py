@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from gpt1 import layout
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX, iter_snapshots, load_pretrained
 from gpt1.errors import ZeroshotError
 from gpt1.files import file_record, read_json, require_files, staged_outputs, write_sealed_json
@@ -48,7 +49,7 @@ SST2_CUE = "very"
 SST2_WORDS = ("negative", "positive")  # in GLUE label order: 0 negative, 1 positive
 POSSESSIVES = frozenset({"his", "its", "their"})  # a candidate replacing one of these gets "'s" (Jimbo's car)
 CSV_FIELDS = ("model", "step", "task", "metric", "raw", "normalised")
-JSON_FILE, CSV_FILE = "zeroshot.json", "zeroshot.csv"
+JSON_FILE, CSV_FILE = layout.ZEROSHOT_JSON, layout.ZEROSHOT_CSV
 
 HEURISTICS = {
     "cola": f"mean token log-probability of the sentence conditioned on {COLA_CONTEXT!r} (so its first token is "

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpt1 import layout
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE_ONLY = {"all", "dvc_commit"}  # the default target and the rule that records outputs in DVC
 PROFILES = list(yaml.safe_load((REPO / "params.yaml").read_text())["profiles"])
@@ -72,12 +74,60 @@ def producers(deps: set[str], stages: dict[str, dict]) -> set[str]:
             if covers(dep, out) or covers(out, dep)}
 
 
+def layout_outputs(profile: str) -> dict[str, set[str]]:
+    """Every stage's outputs as gpt1.layout names them, for params.yaml's fan-out lists, by dvc.yaml's stage names
+    (foreach: name@item; matrix: name@value1-value2 in the matrix's key order)."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    fanout = {
+        "pretrain": [(m,) for m in params["pretrain_models"]],
+        "zeroshot": [(m,) for m in params["pretrain_models"]],
+        "encode_task": [(t,) for t in params["finetune_tasks"]],
+        "finetune": [(t, v, s) for t in params["finetune_tasks"] for v in params["finetune_variants"]
+                     for s in params["seeds"]],
+        "ablation_no_aux": [(t, s) for t in params["ablation_tasks"] for s in params["seeds"]],
+        "ablation_lstm": [(t, s) for t in params["ablation_tasks"] for s in params["seeds"]],
+        "layers": [(t, s) for t in params["layer_transfer_tasks"] for s in params["seeds"]],
+    }
+    assert set(fanout) <= set(layout.OUTPUTS)
+    stages = {}
+    for stage, outputs in layout.OUTPUTS.items():
+        for args in fanout.get(stage, [()]):
+            name = stage + ("@" + "-".join(map(str, args)) if args else "")
+            stages[name] = {f"results/{profile}/{path}" for path in outputs(*args)}
+    return stages
+
+
+def test_layout_names_each_file_once():
+    stages = layout_outputs("default")
+    files = [path for outs in stages.values() for path in outs]
+    assert len(files) == len(set(files))
+    assert not any(covers(a, b) for a in files for b in files if a != b)  # no output inside another
+    source = (REPO / "gpt1" / "layout.py").read_text()
+    assert "import gpt1" not in source and "from gpt1" not in source  # a leaf: every module may read it
+
+
+def test_the_report_writes_what_layout_names(tmp_path):
+    from gpt1.report import declared_outputs
+    from gpt1.report.figures import FIGURE_FORMATS, FIGURES
+    from gpt1.report.renderers import TABLE_FORMATS
+    from gpt1.report.tables import TABLES
+
+    assert (TABLES, FIGURES) == (layout.REPORT_TABLES, layout.REPORT_FIGURES)
+    assert (TABLE_FORMATS, FIGURE_FORMATS) == (layout.TABLE_FORMATS, layout.FIGURE_FORMATS)
+    assert declared_outputs(tmp_path) == [tmp_path / path for path in layout.report_outputs()]
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
     root = workspace(tmp_path, profile)
     snake, dvc = snakemake_stages(root, profile), dvc_stages(root)
     assert sorted(snake) == sorted(dvc)
+    # ... and the outputs gpt1.layout names: a file declared in one place and not the other fails here.
+    expected = layout_outputs(profile)
+    assert sorted(dvc) == sorted(expected)
     for name in dvc:
+        assert dvc[name]["outs"] == expected[name], name
+        assert snake[name]["outs"] == expected[name], name
         assert (snake[name]["cmd"], snake[name]["outs"]) == (dvc[name]["cmd"], dvc[name]["outs"]), name
         # Where DVC cannot list a product of files, it depends on their folder (the report stage): every
         # Snakemake input must lie under one of the stage's DVC dependencies and every DVC dependency must be used.

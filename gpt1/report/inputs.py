@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.files import read_sealed_json, verify_file
 from gpt1.significance import read_predictions
@@ -232,7 +233,7 @@ class Finetuned:
 
 
 def finetune_path(results_dir: Path, task: str, variant: str, seed: int) -> Path:
-    return results_dir / "finetune" / task / variant / str(seed) / "metrics.json"
+    return results_dir / layout.finetune_dir(task, variant, seed) / layout.FINETUNE_METRICS
 
 
 def collect_finetune(results_dir: Path, plan: ReportPlan, pairs: Iterable[tuple[str, str]]) -> Finetuned:
@@ -253,7 +254,7 @@ def collect_finetune(results_dir: Path, plan: ReportPlan, pairs: Iterable[tuple[
 
 def verified_predictions(path: Path) -> dict:
     """One run's predictions, checked against the record in the metrics.json beside them first."""
-    _verify_beside(path, path.with_name("metrics.json"), "finetune")
+    _verify_beside(path, path.with_name(layout.FINETUNE_METRICS), "finetune")
     return read_predictions(path)
 
 
@@ -261,7 +262,7 @@ def predictions_by_seed(results_dir: Path, finetuned: Finetuned, task: str, vari
     """The verified predictions of every run found of (task, variant) that wrote them."""
     runs = {}
     for seed in finetuned.of(task, variant):
-        path = finetune_path(results_dir, task, variant, seed).with_name("predictions.jsonl")
+        path = finetune_path(results_dir, task, variant, seed).with_name(layout.PREDICTIONS)
         if path.is_file():
             runs[seed] = verified_predictions(path)
     return runs
@@ -326,21 +327,23 @@ def collect_analyses(results_dir: Path, plan: ReportPlan) -> Analyses:
     for task in _wanted(LAYER_TASKS, plan.layer_transfer_tasks):
         why = None if task in plan.layer_transfer_tasks else f"{task} is not in params.yaml layer_transfer_tasks"
         for seed in plan.seeds:
-            path = results_dir / "analyses" / "layers" / task / str(seed) / "layers.csv"
+            path = results_dir / layout.layers_dir(task, seed) / layout.LAYERS_CSV
             producer = f"gpt1 layers --task {task} --seed SEED"
-            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer, "layers", "layers.json")
+            rows = _rows_or_gap(found, "figure2_left", path, LAYER_FIELDS, why, producer, "layers", layout.LAYERS_JSON)
             if rows is not None:
                 found.layers.setdefault(task, {})[seed] = rows
     for model in _wanted(MODELS, plan.pretrain_models):
         why = None if model in plan.pretrain_models else f"{model} is not in params.yaml pretrain_models"
-        path = results_dir / "analyses" / "zeroshot" / model / "zeroshot.csv"
-        producer = f"gpt1 zeroshot on pretrain/{model}"
-        rows = _rows_or_gap(found, "figure2_right", path, ZEROSHOT_FIELDS, why, producer, "zeroshot", "zeroshot.json")
+        path = results_dir / layout.zeroshot_dir(model) / layout.ZEROSHOT_CSV
+        producer = f"gpt1 zeroshot on {layout.pretrain_dir(model)}"
+        rows = _rows_or_gap(found, "figure2_right", path, ZEROSHOT_FIELDS, why, producer, "zeroshot",
+                            layout.ZEROSHOT_JSON)
         if rows is not None:
             found.zeroshot[model] = rows
-        path = results_dir / "pretrain" / model / "curves.csv"
+        path = results_dir / layout.pretrain_dir(model) / layout.PRETRAIN_CURVES
         producer = f"gpt1 pretrain --model {model}"
-        rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, producer, "pretrain", "metrics.json")
+        rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, producer, "pretrain",
+                            layout.PRETRAIN_METRICS)
         if rows is not None:
             found.curves[model] = rows
     return found

@@ -10,23 +10,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.files import staged_outputs
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
     FIGURE_FORMATS,
-    FIGURES,
     ZEROSHOT_TASKS,
     layer_means,
     save_figure,
     zeroshot_points,
 )
 from gpt1.report.inputs import Analyses, Finetuned, Gap, ReportPlan, collect_analyses, collect_finetune, gap_notes
-from gpt1.report.renderers import RENDERERS, TABLE_FORMATS
-from gpt1.report.tables import TABLES, Table, build_tables, finetune_pairs, load_paper
+from gpt1.report.renderers import RENDERERS
+from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
 
-SUMMARY_FILE = "summary.json"
-METRICS_FILE = "metrics.json"  # in OUT itself: the DVC metrics file
+SUMMARY_FILE = layout.SUMMARY
+METRICS_FILE = layout.METRICS  # in OUT itself: the DVC metrics file
 PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
 PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.tracking.stage_run from GPT1_PIPELINE_RUN
 
@@ -133,10 +133,7 @@ def build_report(plan: ReportPlan, results_dir: Path, paper: Mapping[str, Any] |
 
 def declared_outputs(out_dir: str | Path) -> list[Path]:
     """Every file the stage writes, in the order it writes them (the Snakemake rule and dvc.yaml list these)."""
-    out_dir = Path(out_dir)
-    tables = [out_dir / "tables" / f"{name}.{fmt}" for name in TABLES for fmt in TABLE_FORMATS]
-    figures = [out_dir / "figures" / f"{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS]
-    return [*tables, out_dir / "tables" / SUMMARY_FILE, out_dir / METRICS_FILE, *figures]
+    return [Path(out_dir) / path for path in layout.report_outputs()]
 
 
 def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
@@ -146,14 +143,14 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
         temp_of = dict(zip(finals, temps, strict=True))
         for table in report.tables:
             for fmt, render in RENDERERS.items():
-                temp_of[out_dir / "tables" / f"{table.name}.{fmt}"].write_text(render(table), encoding="utf-8")
+                temp_of[out_dir / layout.table(table.name, fmt)].write_text(render(table), encoding="utf-8")
         summary = json.dumps(report.summary, indent=2, sort_keys=True) + "\n"
-        temp_of[out_dir / "tables" / SUMMARY_FILE].write_text(summary)
+        temp_of[out_dir / layout.TABLES / SUMMARY_FILE].write_text(summary)
         temp_of[out_dir / METRICS_FILE].write_text(json.dumps(curated_metrics(report.summary), indent=2) + "\n")
         for name, build in FIGURE_BUILDERS.items():
             figure = build(report.analyses)
             for fmt in FIGURE_FORMATS:
-                save_figure(figure, temp_of[out_dir / "figures" / f"{name}.{fmt}"], fmt)
+                save_figure(figure, temp_of[out_dir / layout.figure(name, fmt)], fmt)
     return finals
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.metrics import GLUE_COMPONENTS, bootstrap_se, glue_average
 from gpt1.report.inputs import (
@@ -39,7 +40,7 @@ from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES, PairedTest, column_test
 from gpt1.tasks import PAPER_NUMBERS
 
 PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
-TABLES = ("table2", "table3", "table4", "table5")
+TABLES = layout.REPORT_TABLES
 GAP = "—"  # our cell when its input is missing; the paper's own blanks stay empty
 
 # Our rows of Tables 2-4, and the Table 5 variant of each paper row (paper.yaml names the variant per row).
@@ -168,7 +169,7 @@ def column_se(run: Run, column: Column) -> float | None:
     """Bootstrap standard error (percent) of one run's column value over its evaluation examples, from the run's
     predictions (verified against metrics.json); None without predictions. A column averaging several reports
     (MNLI: matched and mismatched, scored on disjoint examples) combines their errors as independent."""
-    path = run.path.with_name("predictions.jsonl")
+    path = run.path.with_name(layout.PREDICTIONS)
     if not path.is_file():
         return None
     predictions = verified_predictions(path)

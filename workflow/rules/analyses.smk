@@ -5,16 +5,16 @@
 rule zeroshot:
     input:
         code=code("zeroshot"),
-        weights=out("pretrain", "{model}", "model.safetensors"),
-        config=out("pretrain", "{model}", "model.json"),
+        weights=out(layout.pretrain_dir("{model}"), layout.MODEL_WEIGHTS),
+        config=out(layout.pretrain_dir("{model}"), layout.MODEL_JSON),
         # ancient(): `dvc commit` relinks the files of this folder, which touches its mtime; a new pre-training
         # run still reruns this rule through model.safetensors.
-        snapshots=ancient(out("pretrain", "{model}", "snapshots")),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
+        snapshots=ancient(out(layout.pretrain_dir("{model}"), layout.SNAPSHOTS)),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
     output:
-        json=out("analyses", "zeroshot", "{model}", "zeroshot.json"),
-        csv=out("analyses", "zeroshot", "{model}", "zeroshot.csv"),
+        json=out(layout.zeroshot_dir("{model}"), layout.ZEROSHOT_JSON),
+        csv=out(layout.zeroshot_dir("{model}"), layout.ZEROSHOT_CSV),
     log:
         log_file("zeroshot-{model}"),
     wildcard_constraints:
@@ -37,15 +37,15 @@ rule zeroshot:
 rule layers:
     input:
         code=code("layers"),
-        weights=out("pretrain", "gpt", "model.safetensors"),
-        config=out("pretrain", "gpt", "model.json"),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
-        encoded=out("tasks", "{task}", "encoded.json"),
-        examples=out("tasks", "{task}", "examples.jsonl"),
+        weights=out(layout.pretrain_dir("gpt"), layout.MODEL_WEIGHTS),
+        config=out(layout.pretrain_dir("gpt"), layout.MODEL_JSON),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
+        encoded=out(layout.task_dir("{task}"), layout.ENCODED_JSON),
+        examples=out(layout.task_dir("{task}"), layout.EXAMPLES_FILE),
     output:
-        json=out("analyses", "layers", "{task}", "{seed}", "layers.json"),
-        csv=out("analyses", "layers", "{task}", "{seed}", "layers.csv"),
+        json=out(layout.layers_dir("{task}", "{seed}"), layout.LAYERS_JSON),
+        csv=out(layout.layers_dir("{task}", "{seed}"), layout.LAYERS_CSV),
     log:
         log_file("layers-{task}-{seed}"),
     wildcard_constraints:

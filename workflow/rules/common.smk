@@ -7,6 +7,7 @@ import yaml
 from snakemake.settings.types import DeploymentMethod
 
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
+from gpt1 import layout  # noqa: E402
 from gpt1.codedeps import stage_code  # noqa: E402
 from gpt1.config import validate as validate_params, yaml12_floats  # noqa: E402
 from gpt1.errors import ConfigError  # noqa: E402
@@ -62,12 +63,17 @@ def data_mirror():
 
 
 def out(*parts):
-    """A path under results/<profile>/."""
-    return os.path.join("results", PROFILE, *parts)
+    """A path under results/<profile>/ (the parts: gpt1.layout's names)."""
+    return os.path.join(layout.profile_dir(PROFILE), *parts)
+
+
+def outs(paths):
+    """gpt1.layout's paths (relative to results/<profile>/) under results/<profile>/."""
+    return [out(path) for path in paths]
 
 
 def log_file(name):
-    return out("logs", f"{name}.log")
+    return out(layout.log(name))
 
 
 def code(command):
@@ -94,53 +100,40 @@ TASK_DATA_KEYS = ["train_cuts", "max_train_examples", "train_examples_by_task", 
 
 
 def task_data_outputs():
-    return expand(
-        out("tasks", "{task}", "{file}"), task=config["finetune_tasks"], file=["encoded.json", "examples.jsonl"]
-    )
+    return [path for task in config["finetune_tasks"] for path in outs(layout.encode_task_outputs(task))]
 
 
 PRETRAINED = config["pretrain_models"]
 
 
 def pretrain_outputs():
-    return expand(
-        out("pretrain", "{model}", "{file}"),
-        model=PRETRAINED,
-        file=["model.safetensors", "model.json", "metrics.json", "curves.csv", "snapshots"],
-    )
-
-
-FINETUNE_FILES = ["metrics.json", "predictions.jsonl", "curves.csv"]
+    return [path for model in PRETRAINED for path in outs(layout.pretrain_outputs(model))]
 
 
 def finetune_outputs():
-    runs = expand(
-        out("finetune", "{task}", "{variant}", "{seed}", "{file}"),
-        task=config["finetune_tasks"],
-        variant=config["finetune_variants"],
-        seed=config["seeds"],
-        file=FINETUNE_FILES,
-    )
-    ablations = expand(
-        out("finetune", "{task}", "{variant}", "{seed}", "{file}"),
-        task=config["ablation_tasks"],
-        variant=["no_aux", "lstm"],
-        seed=config["seeds"],
-        file=FINETUNE_FILES,
-    )
-    return runs + ablations
+    runs = [
+        (task, variant, seed)
+        for task in config["finetune_tasks"]
+        for variant in config["finetune_variants"]
+        for seed in config["seeds"]
+    ]
+    runs += [
+        (task, variant, seed)
+        for task in config["ablation_tasks"]
+        for variant in ["no_aux", "lstm"]
+        for seed in config["seeds"]
+    ]
+    return [path for run in runs for path in outs(layout.finetune_outputs(*run))]
 
 
 def analysis_outputs():
-    zeroshot = expand(
-        out("analyses", "zeroshot", "{model}", "{file}"), model=PRETRAINED, file=["zeroshot.json", "zeroshot.csv"]
-    )
-    layers = expand(
-        out("analyses", "layers", "{task}", "{seed}", "{file}"),
-        task=config["layer_transfer_tasks"],
-        seed=config["seeds"],
-        file=["layers.json", "layers.csv"],
-    )
+    zeroshot = [path for model in PRETRAINED for path in outs(layout.zeroshot_outputs(model))]
+    layers = [
+        path
+        for task in config["layer_transfer_tasks"]
+        for seed in config["seeds"]
+        for path in outs(layout.layers_outputs(task, seed))
+    ]
     return zeroshot + layers
 
 
@@ -152,7 +145,7 @@ with open("params.yaml") as handle:
 
 def dvc_commit_flag():
     if DVC_PROFILE == PROFILE:
-        return out("dvc_commit.done")
+        return out(layout.DVC_COMMIT_FLAG)
     print(
         f"Note: params.yaml selects profile {DVC_PROFILE!r}, this run {PROFILE!r}: not recorded in DVC.",
         file=sys.stderr,

@@ -5,8 +5,8 @@ rule fetch:
     input:
         code=code("fetch"),
     output:
-        raw=out("corpus", "raw.jsonl"),
-        manifest=out("corpus", "raw.manifest.json"),
+        raw=out(layout.CORPUS, layout.RAW),
+        manifest=out(layout.CORPUS, layout.RAW_MANIFEST),
     log:
         log_file("fetch"),
     conda:
@@ -23,12 +23,12 @@ rule fetch:
 rule clean:
     input:
         code=code("clean"),
-        raw=out("corpus", "raw.jsonl"),
-        manifest=out("corpus", "raw.manifest.json"),
+        raw=out(layout.CORPUS, layout.RAW),
+        manifest=out(layout.CORPUS, layout.RAW_MANIFEST),
     output:
-        train=out("corpus", "train.jsonl"),
-        validation=out("corpus", "validation.jsonl"),
-        manifest=out("corpus", "manifest.json"),
+        train=out(layout.CORPUS, layout.corpus_split("train")),
+        validation=out(layout.CORPUS, layout.corpus_split("validation")),
+        manifest=out(layout.CORPUS, layout.CORPUS_MANIFEST),
     log:
         log_file("clean"),
     conda:
@@ -46,11 +46,11 @@ rule clean:
 rule bpe:
     input:
         code=code("bpe"),
-        train=out("corpus", "train.jsonl"),
-        manifest=out("corpus", "manifest.json"),
+        train=out(layout.CORPUS, layout.corpus_split("train")),
+        manifest=out(layout.CORPUS, layout.CORPUS_MANIFEST),
     output:
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
     log:
         log_file("bpe"),
     conda:
@@ -69,15 +69,15 @@ rule bpe:
 rule encode:
     input:
         code=code("encode"),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
-        train=out("corpus", "train.jsonl"),
-        validation=out("corpus", "validation.jsonl"),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
+        train=out(layout.CORPUS, layout.corpus_split("train")),
+        validation=out(layout.CORPUS, layout.corpus_split("validation")),
     output:
-        train=out("ids", "train.bin"),
-        train_header=out("ids", "train.json"),
-        validation=out("ids", "validation.bin"),
-        validation_header=out("ids", "validation.json"),
+        train=out(layout.IDS, layout.ids_bin("train")),
+        train_header=out(layout.IDS, layout.ids_header("train")),
+        validation=out(layout.IDS, layout.ids_bin("validation")),
+        validation_header=out(layout.IDS, layout.ids_header("validation")),
     log:
         log_file("encode"),
     conda:

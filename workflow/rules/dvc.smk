@@ -16,7 +16,7 @@ rule dvc_commit:
         analysis_outputs(),
         rules.report.output,
     output:
-        touch(out("dvc_commit.done")),
+        touch(out(layout.DVC_COMMIT_FLAG)),
     log:
         log_file("dvc_commit"),
     conda:

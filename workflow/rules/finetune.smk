@@ -5,11 +5,11 @@
 rule encode_task:
     input:
         code=code("encode-task"),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
     output:
-        encoded=out("tasks", "{task}", "encoded.json"),
-        examples=out("tasks", "{task}", "examples.jsonl"),
+        encoded=out(layout.task_dir("{task}"), layout.ENCODED_JSON),
+        examples=out(layout.task_dir("{task}"), layout.EXAMPLES_FILE),
     log:
         log_file("encode_task-{task}"),
     wildcard_constraints:
@@ -32,16 +32,16 @@ rule encode_task:
 rule finetune:
     input:
         code=code("finetune"),
-        weights=out("pretrain", "gpt", "model.safetensors"),
-        config=out("pretrain", "gpt", "model.json"),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
-        encoded=out("tasks", "{task}", "encoded.json"),
-        examples=out("tasks", "{task}", "examples.jsonl"),
+        weights=out(layout.pretrain_dir("gpt"), layout.MODEL_WEIGHTS),
+        config=out(layout.pretrain_dir("gpt"), layout.MODEL_JSON),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
+        encoded=out(layout.task_dir("{task}"), layout.ENCODED_JSON),
+        examples=out(layout.task_dir("{task}"), layout.EXAMPLES_FILE),
     output:
-        metrics=out("finetune", "{task}", "{variant}", "{seed}", "metrics.json"),
-        predictions=out("finetune", "{task}", "{variant}", "{seed}", "predictions.jsonl"),
-        curves=out("finetune", "{task}", "{variant}", "{seed}", "curves.csv"),
+        metrics=out(layout.finetune_dir("{task}", "{variant}", "{seed}"), layout.FINETUNE_METRICS),
+        predictions=out(layout.finetune_dir("{task}", "{variant}", "{seed}"), layout.PREDICTIONS),
+        curves=out(layout.finetune_dir("{task}", "{variant}", "{seed}"), layout.FINETUNE_CURVES),
     log:
         log_file("finetune-{task}-{variant}-{seed}"),
     wildcard_constraints:
@@ -71,9 +71,9 @@ rule finetune:
 # Table 5 ablations on the GLUE columns (ablation_tasks): without the auxiliary LM (lambda = 0), from the GPT ...
 use rule finetune as ablation_no_aux with:
     output:
-        metrics=out("finetune", "{task}", "no_aux", "{seed}", "metrics.json"),
-        predictions=out("finetune", "{task}", "no_aux", "{seed}", "predictions.jsonl"),
-        curves=out("finetune", "{task}", "no_aux", "{seed}", "curves.csv"),
+        metrics=out(layout.finetune_dir("{task}", "no_aux", "{seed}"), layout.FINETUNE_METRICS),
+        predictions=out(layout.finetune_dir("{task}", "no_aux", "{seed}"), layout.PREDICTIONS),
+        curves=out(layout.finetune_dir("{task}", "no_aux", "{seed}"), layout.FINETUNE_CURVES),
     log:
         log_file("finetune-{task}-no_aux-{seed}"),
     wildcard_constraints:
@@ -93,16 +93,16 @@ use rule finetune as ablation_no_aux with:
 use rule ablation_no_aux as ablation_lstm with:
     input:
         code=code("finetune"),
-        weights=out("pretrain", "lstm", "model.safetensors"),
-        config=out("pretrain", "lstm", "model.json"),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
-        encoded=out("tasks", "{task}", "encoded.json"),
-        examples=out("tasks", "{task}", "examples.jsonl"),
+        weights=out(layout.pretrain_dir("lstm"), layout.MODEL_WEIGHTS),
+        config=out(layout.pretrain_dir("lstm"), layout.MODEL_JSON),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
+        encoded=out(layout.task_dir("{task}"), layout.ENCODED_JSON),
+        examples=out(layout.task_dir("{task}"), layout.EXAMPLES_FILE),
     output:
-        metrics=out("finetune", "{task}", "lstm", "{seed}", "metrics.json"),
-        predictions=out("finetune", "{task}", "lstm", "{seed}", "predictions.jsonl"),
-        curves=out("finetune", "{task}", "lstm", "{seed}", "curves.csv"),
+        metrics=out(layout.finetune_dir("{task}", "lstm", "{seed}"), layout.FINETUNE_METRICS),
+        predictions=out(layout.finetune_dir("{task}", "lstm", "{seed}"), layout.PREDICTIONS),
+        curves=out(layout.finetune_dir("{task}", "lstm", "{seed}"), layout.FINETUNE_CURVES),
     log:
         log_file("finetune-{task}-lstm-{seed}"),
     params:

@@ -5,18 +5,18 @@
 rule pretrain:
     input:
         code=code("pretrain"),
-        train=out("ids", "train.bin"),
-        train_header=out("ids", "train.json"),
-        validation=out("ids", "validation.bin"),
-        validation_header=out("ids", "validation.json"),
-        tokenizer=out("tokenizer", "tokenizer.json"),
-        meta=out("tokenizer", "gpt1_tokenizer.json"),
+        train=out(layout.IDS, layout.ids_bin("train")),
+        train_header=out(layout.IDS, layout.ids_header("train")),
+        validation=out(layout.IDS, layout.ids_bin("validation")),
+        validation_header=out(layout.IDS, layout.ids_header("validation")),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
     output:
-        weights=out("pretrain", "{model}", "model.safetensors"),
-        config=out("pretrain", "{model}", "model.json"),
-        metrics=out("pretrain", "{model}", "metrics.json"),
-        curves=out("pretrain", "{model}", "curves.csv"),
-        snapshots=directory(out("pretrain", "{model}", "snapshots")),
+        weights=out(layout.pretrain_dir("{model}"), layout.MODEL_WEIGHTS),
+        config=out(layout.pretrain_dir("{model}"), layout.MODEL_JSON),
+        metrics=out(layout.pretrain_dir("{model}"), layout.PRETRAIN_METRICS),
+        curves=out(layout.pretrain_dir("{model}"), layout.PRETRAIN_CURVES),
+        snapshots=directory(out(layout.pretrain_dir("{model}"), layout.SNAPSHOTS)),
     log:
         log_file("pretrain-{model}"),
     wildcard_constraints:

@@ -1,31 +1,37 @@
 # The last rule: the paper's Tables 2-5 and Figure 2 beside our numbers (also in `snakemake --report report.html`).
 
-TABLES = ["table2", "table3", "table4", "table5"]
-FIGURES = ["figure2_left", "figure2_right", "pretraining"]
+TABLES = layout.REPORT_TABLES
+FIGURES = layout.REPORT_FIGURES
 
 
 rule report:
     input:
         code=code("report"),  # gpt1/paper.yaml among them
         # metrics for the cells; predictions for Table 5's paired tests
-        finetune=[f for f in finetune_outputs() if f.endswith(("metrics.json", "predictions.jsonl"))],
+        finetune=[f for f in finetune_outputs() if f.endswith((layout.FINETUNE_METRICS, layout.PREDICTIONS))],
         analyses=analysis_outputs(),
-        pretrain=expand(out("pretrain", "{model}", "{file}"), model=PRETRAINED, file=["curves.csv", "metrics.json"]),
+        pretrain=[
+            out(layout.pretrain_dir(model), name)
+            for model in PRETRAINED
+            for name in (layout.PRETRAIN_CURVES, layout.PRETRAIN_METRICS)
+        ],
     output:
         # the report shows HTML inline (a CSV would only be a download)
         tables=[
-            report(out("tables", f"{t}.html"), caption=f"../report/{t}.rst", category="Tables", labels={"table": t})
+            report(out(layout.table(t, "html")), caption=f"../report/{t}.rst", category="Tables", labels={"table": t})
             for t in TABLES
         ],
-        markdown=expand(out("tables", "{table}.{ext}"), table=TABLES, ext=["md", "tex", "csv"]),
-        summary=out("tables", "summary.json"),
+        markdown=[out(layout.table(t, fmt)) for t in TABLES for fmt in layout.TABLE_FORMATS if fmt != "html"],
+        summary=out(layout.TABLES, layout.SUMMARY),
         # the curated few numbers per stage: `dvc metrics show` and `dvc exp show` print them
-        metrics=out("metrics.json"),
+        metrics=out(layout.METRICS),
         figures=[
-            report(out("figures", f"{f}.png"), caption=f"../report/{f}.rst", category="Figures", labels={"figure": f})
+            report(
+                out(layout.figure(f, "png")), caption=f"../report/{f}.rst", category="Figures", labels={"figure": f}
+            )
             for f in FIGURES
         ],
-        svg=expand(out("figures", "{figure}.svg"), figure=FIGURES),
+        svg=[out(layout.figure(f, "svg")) for f in FIGURES],
     log:
         log_file("report"),
     conda:
