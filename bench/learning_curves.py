@@ -29,8 +29,8 @@ RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"
 def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]):
     """A fine-tuning job trained on `size` examples of train[0%:80%], evaluated on train[80%:100%] instead of the
     task's reported split; `extra`: params overrides (e.g. finetune.lr=1e-3) applied last."""
-    from gpt1.config import load_config
-    from gpt1.finetune import prepare_job
+    from gpt1.config import finetune_settings, load_config
+    from gpt1.finetuning import prepare_job
     from gpt1.taskdata import EvalPart, data_source, load_part
     from gpt1.tasks import Cut, get_task
 
@@ -40,7 +40,7 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
                  f"finetune.train_cuts.{task}={{split: train, fraction: {1 - HOLDOUT_FRACTION}, seed: 0}}", *extra]
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
-    job = prepare_job(cfg, task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
+    job = prepare_job(finetune_settings(cfg), task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
     rest = Cut("train", 1 - HOLDOUT_FRACTION, 1.0, 0)
     part = load_part(spec, "train", "train", rest, holdout, data_source(cfg.data_mirror, False, spec), job.tokenizer,
                      job.model.lm.config.n_ctx)
@@ -50,7 +50,7 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
 
 
 def run_point(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]) -> dict:
-    from gpt1.finetune import finetune_job
+    from gpt1.finetuning import finetune_job
     from gpt1.metrics import bootstrap_se
     from gpt1.tasks import get_task
 
