@@ -1,6 +1,7 @@
 """End to end: the smoke profile through Snakemake, then DVC agrees nothing is left to do, and MLflow has the runs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,22 @@ def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, tmp_path
     assert len(first) > 100 and first.keys() == second.keys()
     differing = [name for name in first if first[name] != second[name]]
     assert differing == [], f"{len(differing)} files differ, e.g. {differing[:12]}"
+
+
+COMMITTED_DIGESTS = Path(__file__).with_name("fixtures") / "smoke_digests.json"
+
+
+def test_outputs_equal_the_committed_ones(smoke_run):
+    """Behaviour unchanged, proven: every output of the smoke pipeline has the bytes committed in
+    tests/fixtures/smoke_digests.json, so a refactor that changes any result fails here. After a change that is
+    meant to change results, write the new digests with GPT1_WRITE_SMOKE_DIGESTS=1 and commit them with it."""
+    digests = output_digests(smoke_run[0])
+    if os.environ.get("GPT1_WRITE_SMOKE_DIGESTS") == "1":
+        COMMITTED_DIGESTS.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+    committed = json.loads(COMMITTED_DIGESTS.read_text())
+    assert sorted(digests) == sorted(committed), "the smoke pipeline's output files differ from the committed list"
+    differing = [name for name in committed if committed[name] != digests[name]]
+    assert differing == [], f"{len(differing)} of {len(committed)} outputs changed, e.g. {differing[:12]}"
 
 
 def test_snakemake_builds_the_data_stages(smoke_run):
