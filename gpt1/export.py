@@ -3,13 +3,13 @@ plus where it came from; the weights are converted by `gpt1.hf`."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from gpt1.errors import Gpt1Error
+from gpt1.files import write_json
 from gpt1.hf import HF_EXPORT_FILES, save_hf_dir
 
 EXPORT_FORMATS = ("hf",)
@@ -51,7 +51,7 @@ def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str 
         shutil.rmtree(staging, ignore_errors=True)
         try:
             save_hf_dir(model, staging)
-            (staging / "gpt1_export.json").write_text(json.dumps(_provenance(model_dir, meta), indent=2) + "\n")
+            write_json(staging / "gpt1_export.json", _provenance(model_dir, meta), sort_keys=False)
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "config.json").unlink(missing_ok=True)  # whatever was there stops looking loadable first
             for path in sorted(staging.iterdir(), key=lambda p: p.name == "config.json"):

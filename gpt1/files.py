@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -56,8 +57,17 @@ def without_timings(metrics: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in metrics.items() if key not in TIMING_KEYS}
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write_json(path: Path, data: Any, *, sort_keys: bool = True) -> None:
+    """The project's one JSON file format: indented by 2, keys sorted unless the order says something."""
+    path.write_text(json.dumps(data, indent=2, sort_keys=sort_keys) + "\n")
+
+
+def write_csv(path: Path, fields: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+    """The project's one CSV file format: a header row, then the rows (the csv module's dialect)."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(fields))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def read_json(path: str | Path) -> Any:

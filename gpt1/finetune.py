@@ -5,16 +5,14 @@ with the fine-tuned model.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpt1 import layout
 from gpt1.config import finetune_settings
-from gpt1.files import file_record, staged_outputs, without_timings, write_sealed_json
+from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_jsonl_line, write_sealed_json
 from gpt1.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_job
 from gpt1.taskdata import part_sha256, part_source
 from gpt1.tokenizer import META_FILE
@@ -36,11 +34,8 @@ def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
     with staged_outputs(*declared_outputs(out_dir)) as (metrics, predictions, curves):
         with open(predictions, "w", encoding="utf-8") as handle:
             for line in result.predictions:
-                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-        with open(curves, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=CURVE_FIELDS)
-            writer.writeheader()
-            writer.writerows(result.curves)
+                write_jsonl_line(handle, line)
+        write_csv(curves, CURVE_FIELDS, result.curves)
         files = {PREDICTIONS_FILE: file_record(predictions), CURVES_FILE: file_record(curves)}
         write_sealed_json(metrics, {**without_timings(result.metrics), "files": files})
 

@@ -7,13 +7,20 @@ number of layers differs per profile.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from gpt1 import layout
 from gpt1.errors import Gpt1Error
-from gpt1.files import file_record, read_json, require_files, staged_outputs, without_timings, write_sealed_json
+from gpt1.files import (
+    file_record,
+    read_json,
+    require_files,
+    staged_outputs,
+    without_timings,
+    write_csv,
+    write_sealed_json,
+)
 
 # The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
 CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
@@ -62,10 +69,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
                              "dev_accuracy": points[-1]["dev_accuracy"]}, step=k)
             print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}")
         with staged_outputs(out_dir / layout.LAYERS_JSON, out_dir / layout.LAYERS_CSV) as (json_tmp, csv_tmp):
-            with open(csv_tmp, "w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=FIELDS)
-                writer.writeheader()
-                writer.writerows(points)
+            write_csv(csv_tmp, FIELDS, points)
             write_sealed_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
                                          "runs": runs, "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
         run.log_artifact(out_dir / layout.LAYERS_CSV)

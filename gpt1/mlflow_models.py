@@ -25,24 +25,17 @@ TEXT_COLUMN = "text"
 LM_OUTPUTS = ("tokens", "mean_log_prob", "perplexity")
 
 
-def _windows(ids: list[int], n_ctx: int) -> list[list[int]]:
-    """Non-overlapping windows of at most n_ctx + 1 tokens that share their boundary token (every token after the
-    first is predicted exactly once)."""
-    return [ids[start : start + n_ctx + 1] for start in range(0, max(len(ids) - 1, 1), n_ctx)]
-
-
-@torch.no_grad()
 def text_log_prob(model: torch.nn.Module, ids: list[int]) -> tuple[int, float]:
-    """(predicted tokens, their summed log-probability) of one token sequence under a language model."""
-    total, count = 0.0, 0
-    for window in _windows(ids, model.config.n_ctx):
-        if len(window) < 2:
-            continue
-        tokens = torch.tensor([window], dtype=torch.long)
-        logits, _ = model(tokens[:, :-1])
-        picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens[:, 1:, None])
-        total, count = total + float(picked.sum()), count + len(window) - 1
-    return count, total
+    """(predicted tokens, their summed log-probability) of one token sequence under a language model, scored by
+    `gpt1.scoring`: windows of n_ctx tokens that share their boundary token, so every token after the first is
+    predicted exactly once."""
+    from gpt1.scoring import BATCH_TOKENS, Window, token_logprobs
+
+    n_ctx = model.config.n_ctx
+    starts = range(0, max(len(ids) - 1, 1), max(n_ctx - 1, 1))
+    model.eval()  # dropout off: a score is a property of the weights
+    values = token_logprobs(model, [Window(list(ids[s : s + n_ctx]), 1, False) for s in starts], BATCH_TOKENS)
+    return sum(v.size for v in values), float(sum(v.sum() for v in values))
 
 
 class LanguageModel(mlflow.pyfunc.PythonModel):

@@ -89,9 +89,11 @@ def save_task_model(model: Any, meta: dict[str, Any], folder: Path) -> dict[str,
     """Write the weights (tied tensors once) and the meta record; return them as pyfunc artifacts."""
     from safetensors.torch import save_model
 
+    from gpt1.files import write_json
+
     folder.mkdir(parents=True, exist_ok=True)
     save_model(model, str(folder / WEIGHTS))
-    (folder / TASK_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    write_json(folder / TASK_META, meta)
     return {"weights": str(folder / WEIGHTS), "meta": str(folder / TASK_META)}
 
 

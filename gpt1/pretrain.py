@@ -27,7 +27,6 @@ device, precision and DDP in gpt1.runtime: this module is the stage that wires t
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import math
 import os
@@ -61,7 +60,7 @@ from gpt1.checkpoints import (
     weights_metadata,
 )
 from gpt1.errors import PretrainError
-from gpt1.files import file_record, staged_outputs, without_timings, write_json, write_sealed_json
+from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_json, write_sealed_json
 from gpt1.ids import TokenIds, WindowSampler, load_ids, read_windows, validation_offsets
 from gpt1.model import GPTConfig, LSTMConfig, flops_per_token
 from gpt1.resume import RESUME_DIR, Progress, atomic_write, load_checkpoint, run_settings, save_checkpoint
@@ -295,10 +294,7 @@ def remove_stale_outputs(out_dir: Path, snapshots: int) -> None:
 
 
 def _write_curves(path: Path, rows: list[dict[str, float]]) -> None:
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CURVE_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(path, CURVE_FIELDS, rows)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -23,7 +23,15 @@ import numpy as np
 
 from gpt1 import layout
 from gpt1.errors import TaskDataError
-from gpt1.files import file_record, read_jsonl, read_sealed_json, staged_outputs, verify_file, write_sealed_json
+from gpt1.files import (
+    file_record,
+    read_jsonl,
+    read_sealed_json,
+    staged_outputs,
+    verify_file,
+    write_jsonl_line,
+    write_sealed_json,
+)
 from gpt1.tasks import (
     FINETUNE_TASKS,
     Cut,
@@ -252,7 +260,7 @@ def write_encoded(out_dir: Path, spec: TaskSpec, data: TaskData, tokenizer_sha25
         with open(lines_tmp, "w", encoding="utf-8") as handle:
             for k, part in enumerate(parts):
                 for example, transformed in zip(part.examples, part.transformed, strict=True):
-                    handle.write(json.dumps(_example_line(k, example, transformed), ensure_ascii=False) + "\n")
+                    write_jsonl_line(handle, _example_line(k, example, transformed))
         header = {"task": spec.name, "tokenizer_sha256": tokenizer_sha256, "n_ctx": n_ctx, "settings": settings,
                   "parts": [_part_record(p) for p in parts], "files": {EXAMPLES_FILE: file_record(lines_tmp)}}
         write_sealed_json(header_tmp, header)

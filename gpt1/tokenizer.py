@@ -22,7 +22,7 @@ from tokenizers.models import BPE
 
 from gpt1 import layout
 from gpt1.errors import TokenizerError
-from gpt1.files import pool_size, sha256_text
+from gpt1.files import pool_size, sha256_text, write_json
 
 UNK = "<unk>"
 SUFFIX = "</w>"
@@ -164,7 +164,7 @@ class GPT1Tokenizer:
             "specials": self.specials,
             "sha256": self.fingerprint(),
         }
-        meta_file.write_text(json.dumps(meta, indent=2) + "\n")
+        write_json(meta_file, meta, sort_keys=False)
         return tokenizer_file, meta_file
 
     @classmethod

@@ -21,7 +21,6 @@ Scores are normalised as in the paper: (raw - random) / (sota - random), with pa
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from torch import nn
 from gpt1 import layout
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX, iter_snapshots, load_pretrained
 from gpt1.errors import ZeroshotError
-from gpt1.files import file_record, read_json, require_files, staged_outputs, write_sealed_json
+from gpt1.files import file_record, read_json, require_files, staged_outputs, write_csv, write_sealed_json
 from gpt1.metrics import accuracy, matthews
 from gpt1.runtime import default_device
 from gpt1.scoring import BATCH_TOKENS, fit_context, score_continuations
@@ -407,10 +406,7 @@ def _csv_rows(kind: str, entries: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(path, CSV_FIELDS, rows)
 
 
 def _mlflow_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -154,3 +154,25 @@ def test_a_finetuning_run_carries_its_outputs_inputs_and_a_model_that_predicts_t
     for key, (_, row) in zip(keys, got.iterrows(), strict=True):
         assert row["prediction"] == wanted[key]["prediction"]
         assert row["probability"] == pytest.approx(max(wanted[key]["probabilities"]), abs=1e-4)
+
+
+def test_text_log_prob_predicts_every_token_after_the_first_once() -> None:
+    """The pyfunc's score of a text longer than the context: windows of n_ctx tokens sharing their boundary token,
+    scored by gpt1.scoring, sum to what the model's own forward passes give."""
+    import torch
+
+    from gpt1.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, n_head=2)).eval()
+    ids = torch.randint(0, 50, (20,)).tolist()
+    expected = 0.0
+    with torch.no_grad():
+        for start in (0, 7, 14):  # windows ids[0:8], ids[7:15], ids[14:20]
+            window = torch.tensor([ids[start : start + 8]])
+            logits, _ = model(window[:, :-1])
+            expected += float(torch.log_softmax(logits.float(), -1).gather(-1, window[:, 1:, None]).sum())
+    count, total = text_log_prob(model, ids)
+    assert count == len(ids) - 1
+    assert total == pytest.approx(expected, abs=1e-4)
+    assert text_log_prob(model, ids[:1]) == (0, 0.0)  # one token: nothing to predict

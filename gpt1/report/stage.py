@@ -3,7 +3,6 @@ make the report's MLflow run the parent of this pipeline invocation's runs."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 
 from gpt1 import layout
 from gpt1.errors import ReportError
-from gpt1.files import staged_outputs
+from gpt1.files import staged_outputs, write_json
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
     FIGURE_FORMATS,
@@ -144,9 +143,8 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
         for table in report.tables:
             for fmt, render in RENDERERS.items():
                 temp_of[out_dir / layout.table(table.name, fmt)].write_text(render(table), encoding="utf-8")
-        summary = json.dumps(report.summary, indent=2, sort_keys=True) + "\n"
-        temp_of[out_dir / layout.TABLES / SUMMARY_FILE].write_text(summary)
-        temp_of[out_dir / METRICS_FILE].write_text(json.dumps(curated_metrics(report.summary), indent=2) + "\n")
+        write_json(temp_of[out_dir / layout.TABLES / SUMMARY_FILE], report.summary)
+        write_json(temp_of[out_dir / METRICS_FILE], curated_metrics(report.summary), sort_keys=False)
         for name, build in FIGURE_BUILDERS.items():
             figure = build(report.analyses)
             for fmt in FIGURE_FORMATS:
