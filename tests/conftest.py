@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# Before any test module imports gpt1 (and so tqdm, which reads this once, at import): progress bars would be lines
+# in the stderr that tests read. Set here, it holds whatever the order of the test files, for every test of the
+# session and for the pipelines they start (their logs then hold no progress bars).
+os.environ.setdefault("TQDM_DISABLE", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 

@@ -7,13 +7,10 @@ mlflow, fs."""
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm reads it at import: progress bars would be lines on stderr
-
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 import signal
