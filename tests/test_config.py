@@ -116,3 +116,10 @@ def test_cli_reports_config_errors_in_one_line(capsys):
 def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="params file not found"):
         load_config(tmp_path / "params.yaml")
+
+
+def test_a_per_task_training_cap_names_the_task_or_the_bound_it_breaks():
+    with pytest.raises(ConfigError, match=r"finetune\.train_examples_by_task: 'foo' is not one of snli"):
+        load_config(REPO / "params.yaml", "default", ["finetune.train_examples_by_task={foo: 3}"])
+    with pytest.raises(ConfigError, match=r"finetune\.train_examples_by_task\.sst2: 0 is less than the minimum of 1"):
+        load_config(REPO / "params.yaml", "default", ["finetune.train_examples_by_task={sst2: 0}"])
