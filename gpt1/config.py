@@ -112,6 +112,16 @@ class FinetuneSettings:
     mirror: Path | None
 
 
+def pretrain_settings(cfg: Config, kind: str) -> dict[str, Any]:
+    """The profile's pretrain section for one model kind: pretrain.by_model.<kind> laid over the shared keys."""
+    return _pretrain_for(cfg.section("pretrain"), kind)
+
+
+def _pretrain_for(section: dict[str, Any], kind: str) -> dict[str, Any]:
+    shared = {key: value for key, value in section.items() if key != "by_model"}
+    return {**shared, **(section.get("by_model") or {}).get(kind, {})}
+
+
 def finetune_settings(cfg: Config) -> FinetuneSettings:
     return FinetuneSettings(cfg.section("finetune"), cfg.section("corpus")["source"] == "synthetic", cfg.data_mirror)
 
@@ -196,12 +206,8 @@ def check_semantics(root: dict[str, Any]) -> None:
                 f"profiles.{name}.model.n_embd: {model['n_embd']} is not divisible by n_head={model['n_head']}; "
                 f"choose n_embd a multiple of n_head"
             )
-        pretrain = prof["pretrain"]
-        if pretrain["batch_size"] % pretrain["micro_batch_size"]:
-            raise ConfigError(
-                f"profiles.{name}.pretrain.batch_size: {pretrain['batch_size']} is not a multiple of "
-                f"micro_batch_size={pretrain['micro_batch_size']}; gradient accumulation needs whole micro-batches"
-            )
+        for kind in (None, *(prof["pretrain"].get("by_model") or {})):
+            _check_batches(prof["pretrain"], kind, f"profiles.{name}.pretrain")
         bpe, dtype = prof["bpe"], prof["encode"]["dtype"]
         # Upper bound of the vocabulary: specials, each base character alone and with </w>, one token per merge.
         bound = N_SPECIAL_TOKENS + 2 * bpe["limit_alphabet"] + bpe["merges"]
@@ -210,6 +216,16 @@ def check_semantics(root: dict[str, Any]) -> None:
                 f"profiles.{name}.bpe.merges: a vocabulary of up to {bound} tokens does not fit "
                 f"encode.dtype={dtype} (max {DTYPE_MAX_VOCAB[dtype]}); lower merges or use dtype uint32"
             )
+
+
+def _check_batches(section: dict[str, Any], kind: str | None, where: str) -> None:
+    pretrain = _pretrain_for(section, kind or "")
+    if pretrain["batch_size"] % pretrain["micro_batch_size"]:
+        key = f"{where}.by_model.{kind}" if kind else where
+        raise ConfigError(
+            f"{key}.batch_size: {pretrain['batch_size']} is not a multiple of "
+            f"micro_batch_size={pretrain['micro_batch_size']}; gradient accumulation needs whole micro-batches"
+        )
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

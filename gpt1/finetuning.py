@@ -56,6 +56,7 @@ from gpt1.heads import (
     decode,
     transfer_init,
 )
+from gpt1.model import set_dropout
 from gpt1.runtime import autocast, default_device, resolve_precision, seed_everything
 from gpt1.taskdata import (
     DATA_SEED,
@@ -392,6 +393,8 @@ def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, 
     tokenizer, tok_source = load_tokenizer(chosen, pretrained, tok_dir)
     seed_everything(seed)  # scratch init, transfer re-init, new token rows and the head all draw from it
     lm, meta = load_backbone(chosen, pretrained)
+    if finetune.get("dropout") is not None:  # else the dropout the model was pre-trained with
+        set_dropout(lm, finetune["dropout"])
     where = meta.get("source") or pretrained
     check_pair(lm, meta, tokenizer, where, tok_source)
     transfer = transfer_init(lm, transfer_layers) if transfer_layers is not None else None

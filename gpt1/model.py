@@ -143,6 +143,23 @@ def _check_len(idx: torch.Tensor, n_ctx: int) -> None:
         raise ValueError(f"sequence length {idx.size(1)} exceeds n_ctx={n_ctx}")
 
 
+def set_dropout(model: nn.Module, p: float) -> None:
+    """Every dropout of a language model -- the GPT's embedding, attention and residual dropouts, the LSTM's -- set
+    to p, in its modules and its config (so what is saved with it says what it trained with). Fine-tuning uses it
+    when its dropout differs from pre-training's (finetune.dropout)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {p!r}")
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = p
+        if isinstance(module, CausalSelfAttention):
+            module.attn_pdrop = p
+        if isinstance(module, nn.LSTM) and module.num_layers > 1:  # between layers only, as LSTMLM builds it
+            module.dropout = p
+    fields = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "dropout"} & {f.name for f in dataclasses.fields(model.config)}
+    model.config = dataclasses.replace(model.config, **dict.fromkeys(fields, p))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # GPT-1
 

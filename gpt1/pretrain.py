@@ -59,6 +59,7 @@ from gpt1.checkpoints import (
     snapshot_name,
     weights_metadata,
 )
+from gpt1.config import pretrain_settings
 from gpt1.errors import PretrainError
 from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_json, write_sealed_json
 from gpt1.ids import TokenIds, WindowSampler, load_ids, read_windows, validation_offsets
@@ -342,7 +343,7 @@ class PretrainJob:
 
 def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> PretrainJob:
     """Check every input, build model/optimizer/schedule/sampler and restore a checkpoint, all before training."""
-    pretrain, model = cfg.section("pretrain"), cfg.section("model")
+    pretrain, model = pretrain_settings(cfg, kind), cfg.section("model")
     if kind not in MODEL_KINDS:
         raise PretrainError(f"--model {kind!r}: valid kinds are {', '.join(MODEL_KINDS)}")
     tok = GPT1Tokenizer.load(tokenizer_dir)

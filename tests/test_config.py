@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpt1.cli import main
-from gpt1.config import load_config, validate
+from gpt1.config import load_config, pretrain_settings, validate
 from gpt1.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,3 +123,23 @@ def test_a_per_task_training_cap_names_the_task_or_the_bound_it_breaks():
         load_config(REPO / "params.yaml", "default", ["finetune.train_examples_by_task={foo: 3}"])
     with pytest.raises(ConfigError, match=r"finetune\.train_examples_by_task\.sst2: 0 is less than the minimum of 1"):
         load_config(REPO / "params.yaml", "default", ["finetune.train_examples_by_task={sst2: 0}"])
+
+
+def test_a_model_kind_overrides_only_the_pretrain_keys_it_names():
+    cfg = load_config(REPO / "params.yaml", "smoke",
+                      ["pretrain.by_model={lstm: {batch_size: 16, micro_batch_size: 16, max_steps: 7}}"])
+    gpt, lstm = pretrain_settings(cfg, "gpt"), pretrain_settings(cfg, "lstm")
+    assert "by_model" not in gpt and "by_model" not in lstm
+    assert (lstm["batch_size"], lstm["micro_batch_size"], lstm["max_steps"]) == (16, 16, 7)
+    assert gpt == {key: value for key, value in cfg.section("pretrain").items() if key != "by_model"}
+    assert {k: v for k, v in lstm.items() if k not in ("batch_size", "micro_batch_size", "max_steps")} == \
+        {k: v for k, v in gpt.items() if k not in ("batch_size", "micro_batch_size", "max_steps")}
+
+
+def test_a_bad_per_model_pretrain_override_names_its_key():
+    with pytest.raises(ConfigError, match=r"pretrain\.by_model\.lstm\.batch_size: 32 is not a multiple of"):
+        load_config(REPO / "params.yaml", "smoke", ["pretrain.by_model={lstm: {batch_size: 32, micro_batch_size: 5}}"])
+    with pytest.raises(ConfigError, match=r"unknown key profiles\.smoke\.pretrain\.by_model\.lstm\.seed"):
+        load_config(REPO / "params.yaml", "smoke", ["pretrain.by_model={lstm: {seed: 3}}"])
+    with pytest.raises(ConfigError, match=r"pretrain\.by_model"):
+        load_config(REPO / "params.yaml", "smoke", ["pretrain.by_model={rnn: {lr: 0.1}}"])

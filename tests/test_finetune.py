@@ -359,3 +359,13 @@ def test_story_cloze_on_the_mirror_scores_the_rest_of_validation(assets: Assets,
     rows = pq.read_metadata(SHARED_MIRROR / "LSDSem" / "story_cloze" / "2016" / "validation.parquet").num_rows
     trained = set(cut_positions(rows, Cut("validation", 0.0, 0.8, 0)).tolist())
     assert result.predictions and not {p["index"] for p in result.predictions} & trained
+
+
+def test_finetune_dropout_replaces_the_pretrained_models_or_keeps_it(assets: Assets) -> None:
+    kept = prepare_job(finetune_settings(config()), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer).model.lm
+    pretrained_p = kept.config.resid_pdrop
+    assert all(m.p == pretrained_p for m in kept.modules() if isinstance(m, torch.nn.Dropout))
+    cfg = finetune_settings(config("finetune.dropout=0.35"))
+    for variant, folder in (("pretrained", assets.gpt), ("scratch", assets.gpt), ("lstm", assets.lstm)):
+        lm = prepare_job(cfg, "sst2", variant, 0, folder, assets.tokenizer).model.lm
+        assert {m.p for m in lm.modules() if isinstance(m, torch.nn.Dropout)} == {0.35}, variant

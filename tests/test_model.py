@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
 
 SMALL = GPTConfig(vocab_size=101, n_ctx=16, n_embd=32, n_layer=3, n_head=4)
 PAPER_PARAMS = 116_534_784  # GPTConfig(): embeddings 31,480,320 + 12 blocks x 7,087,872
@@ -280,3 +280,17 @@ def test_lstm_resize_and_param_groups() -> None:
     assert decay == {"tokens_embed.weight", "lstm.weight_ih_l0", "lstm.weight_hh_l0", "lm_head.weight"}
     groups = model.param_groups(0.01)
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_set_dropout_reaches_every_dropout_and_the_config() -> None:
+    gpt = GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=2, n_head=2, embd_pdrop=0.0, attn_pdrop=0.0,
+                        resid_pdrop=0.0))
+    lstm = LSTMLM(LSTMConfig(vocab_size=50, n_ctx=8, n_embd=16, hidden_size=16, n_layer=2, dropout=0.0))
+    for model in (gpt, lstm):
+        set_dropout(model, 0.25)
+        assert all(m.p == 0.25 for m in model.modules() if isinstance(m, nn.Dropout))
+    assert all(block.attn.attn_pdrop == 0.25 for block in gpt.h)
+    assert (gpt.config.embd_pdrop, gpt.config.attn_pdrop, gpt.config.resid_pdrop) == (0.25, 0.25, 0.25)
+    assert lstm.lstm.dropout == 0.25 and lstm.config.dropout == 0.25
+    with pytest.raises(ValueError, match="dropout must be in"):
+        set_dropout(gpt, 1.0)

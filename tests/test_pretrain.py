@@ -198,12 +198,17 @@ def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, m
         assert torch.allclose(back(idx)[0], ours(idx)[0], atol=1e-6) and meta["kind"] == "gpt"
 
 
-def test_lstm_trains_and_refuses_hf_export(tiny_data: TinyData, tmp_path: Path, mlflow_env: str) -> None:
+def test_lstm_trains_on_its_own_batch_and_refuses_hf_export(
+    tiny_data: TinyData, tmp_path: Path, mlflow_env: str
+) -> None:
     from gpt1.export import export_stage
 
-    cfg = tiny_config("pretrain.max_steps=4", "pretrain.snapshots=2")
+    # pretrain.by_model.lstm sets the LSTM's batch and updates; the GPT's (max_steps=9) do not apply to it.
+    cfg = tiny_config("pretrain.max_steps=9", "pretrain.snapshots=2",
+                      "pretrain.by_model={lstm: {max_steps: 4, batch_size: 2, micro_batch_size: 2}}")
     metrics = pretrain_stage(cfg, "lstm", tiny_data.ids, tiny_data.tokenizer, tmp_path / "lstm")
     assert metrics["steps"] == 4 and math.isfinite(metrics["val_loss"])
+    assert metrics["tokens"] == 4 * 2 * cfg.section("model")["n_ctx"]
     model, meta = load_pretrained(tmp_path / "lstm")
     assert isinstance(model, LSTMLM) and meta["kind"] == "lstm"
     with pytest.raises(Gpt1Error, match="no OpenAIGPT counterpart"):

@@ -148,18 +148,19 @@ def figure2_right(analyses: Analyses) -> Any:
 
 
 def pretraining_figure(analyses: Analyses) -> Any:
-    """Validation perplexity (log) and training loss against updates, for the GPT and the LSTM."""
+    """Validation perplexity (log) and training loss against training tokens, for the GPT and the LSTM (tokens, not
+    updates: the two may train with different batches, pretrain.by_model)."""
     figure, (left, right) = _new_figure(4.2, 3.4, panels=2)
     for model, rows in analyses.curves.items():
         label, style = MODELS.get(model, (model, ":"))
         colour = COLOURS.get(model, "tab:gray")
         for axis, column in ((left, "val_perplexity"), (right, "train_loss")):
-            points = sorted((r["step"], r[column]) for r in rows if r[column] is not None)
+            points = sorted((r["tokens"], r[column]) for r in rows if r[column] is not None)
             if points:
-                steps, values = zip(*points, strict=True)
-                axis.plot(steps, values, style, color=colour, marker="o", markersize=2.5, label=label)
+                tokens, values = zip(*points, strict=True)
+                axis.plot(tokens, values, style, color=colour, marker="o", markersize=2.5, label=label)
     for axis, name in ((left, "Validation perplexity"), (right, "Training loss")):
-        axis.set_xlabel("# of pre-training updates")
+        axis.set_xlabel("Pre-training tokens")
         axis.set_ylabel(name)
         axis.grid(alpha=0.3, which="both")
         if axis.lines:

@@ -36,6 +36,7 @@ ZEROSHOT_FIELDS = {
 }
 CURVE_FIELDS = {
     "step": "int",
+    "tokens": "int",
     "train_loss": "number|empty",
     "val_loss": "number|empty",
     "val_perplexity": "number|empty",
