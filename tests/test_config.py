@@ -143,3 +143,9 @@ def test_a_bad_per_model_pretrain_override_names_its_key():
         load_config(REPO / "params.yaml", "smoke", ["pretrain.by_model={lstm: {seed: 3}}"])
     with pytest.raises(ConfigError, match=r"pretrain\.by_model"):
         load_config(REPO / "params.yaml", "smoke", ["pretrain.by_model={rnn: {lr: 0.1}}"])
+
+
+def test_a_bad_finetune_dropout_names_its_key():
+    with pytest.raises(ConfigError, match=r"profiles\.default\.finetune\.dropout: 1\.0"):
+        load_config(REPO / "params.yaml", "default", ["finetune.dropout=1.0"])
+    assert load_config(REPO / "params.yaml", "default", ["finetune.dropout=null"]).p["finetune"]["dropout"] is None
