@@ -5,10 +5,11 @@
 Each point fine-tunes the default profile's pre-trained GPT (results/default/pretrain/gpt) and, with
 `--variants pretrained,scratch`, the same architecture from scratch, through the pipeline's own `prepare_job` and
 `finetune_job`. Nothing is scored on a split the tables report: the training data comes from the first 80% of a
-seeded shuffle of the task's training split, and every point is scored on the same held-out 20% (at most
-`--holdout` examples). The score is the task's paper metric with a bootstrap standard error over those examples,
-and the wall time of the job (loading, training, scoring) is its cost. Prints one Markdown row per point and
-appends raw results to bench/results/learning_curves.jsonl.
+seeded shuffle of the task's training data (its training split, or the cut of another split it declares in
+`finetune.train_cuts`), and every point is scored on the same held-out 20% of it (at most `--holdout` examples).
+The score is the task's paper metric with a bootstrap standard error over those examples, and the wall time of the
+job (loading, training, scoring) is its cost. Prints one Markdown row per point and appends raw results to
+bench/results/learning_curves.jsonl.
 """
 
 from __future__ import annotations
@@ -26,22 +27,34 @@ HOLDOUT_FRACTION = 0.2
 RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"
 
 
+def training_data(task: str) -> tuple[str, float, int]:
+    """(split, end fraction, seed) of what the default profile trains the task on: its training split whole, or
+    the cut it declares (finetune.train_cuts, e.g. QNLI's validation[0%:80%]), whose complement the tables report."""
+    from gpt1.config import load_config
+
+    declared = load_config(REPO / "params.yaml", "default").section("finetune")["train_cuts"].get(task)
+    return (declared["split"], declared["fraction"], declared["seed"]) if declared else ("train", 1.0, 0)
+
+
 def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]):
-    """A fine-tuning job trained on `size` examples of train[0%:80%], evaluated on train[80%:100%] instead of the
-    task's reported split; `extra`: params overrides (e.g. finetune.lr=1e-3) applied last."""
+    """A fine-tuning job trained on `size` examples of the first 80% of the task's training data, evaluated on the
+    rest of it instead of the task's reported split (train[0%:80%] and train[80%:100%]; for a declared cut such as
+    validation[0%:80%], validation[0%:64%] and validation[64%:80%]); `extra`: params overrides applied last."""
     from gpt1.config import finetune_settings, load_config
     from gpt1.finetuning import prepare_job
     from gpt1.taskdata import EvalPart, data_source, load_part
     from gpt1.tasks import Cut, get_task
 
     spec = get_task(task)
+    split, end, cut_seed = training_data(task)
+    held = end * (1 - HOLDOUT_FRACTION)
     overrides = [f"finetune.max_train_examples={size}", "finetune.train_examples_by_task={}",
                  f"finetune.epochs={epochs}", f"finetune.max_eval_examples={holdout}",
-                 f"finetune.train_cuts.{task}={{split: train, fraction: {1 - HOLDOUT_FRACTION}, seed: 0}}", *extra]
+                 f"finetune.train_cuts.{task}={{split: {split}, fraction: {held}, seed: {cut_seed}}}", *extra]
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
     job = prepare_job(finetune_settings(cfg), task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
-    rest = Cut("train", 1 - HOLDOUT_FRACTION, 1.0, 0)
+    rest = Cut(split, held, end, cut_seed)
     part = load_part(spec, "train", "train", rest, holdout, data_source(cfg.data_mirror, False, spec), job.tokenizer,
                      job.model.lm.config.n_ctx)
     reports = [spec.reports[-1]]  # one report over every configuration (RACE: both), scored on the held-out part

@@ -117,9 +117,10 @@ def pretrain_settings(cfg: Config, kind: str) -> dict[str, Any]:
     return _pretrain_for(cfg.section("pretrain"), kind)
 
 
-def _pretrain_for(section: dict[str, Any], kind: str) -> dict[str, Any]:
+def _pretrain_for(section: dict[str, Any], kind: str | None) -> dict[str, Any]:
+    """The pretrain section as model `kind` sees it (None: the keys shared by every kind)."""
     shared = {key: value for key, value in section.items() if key != "by_model"}
-    return {**shared, **(section.get("by_model") or {}).get(kind, {})}
+    return {**shared, **((section.get("by_model") or {}).get(kind, {}) if kind else {})}
 
 
 def finetune_settings(cfg: Config) -> FinetuneSettings:
@@ -219,7 +220,7 @@ def check_semantics(root: dict[str, Any]) -> None:
 
 
 def _check_batches(section: dict[str, Any], kind: str | None, where: str) -> None:
-    pretrain = _pretrain_for(section, kind or "")
+    pretrain = _pretrain_for(section, kind)
     if pretrain["batch_size"] % pretrain["micro_batch_size"]:
         key = f"{where}.by_model.{kind}" if kind else where
         raise ConfigError(

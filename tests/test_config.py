@@ -149,3 +149,8 @@ def test_a_bad_finetune_dropout_names_its_key():
     with pytest.raises(ConfigError, match=r"profiles\.default\.finetune\.dropout: 1\.0"):
         load_config(REPO / "params.yaml", "default", ["finetune.dropout=1.0"])
     assert load_config(REPO / "params.yaml", "default", ["finetune.dropout=null"]).p["finetune"]["dropout"] is None
+
+
+def test_a_bad_length_group_names_its_key():
+    with pytest.raises(ConfigError, match=r"profiles\.default\.finetune\.length_group_batches: 0"):
+        load_config(REPO / "params.yaml", "default", ["finetune.length_group_batches=0"])

@@ -19,10 +19,11 @@ from gpt1.config import finetune_settings, load_config
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, without_timings, write_json
 from gpt1.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
-from gpt1.finetuning import finetune_run, linear_lr_factor, prepare_job
+from gpt1.finetuning import chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
 from gpt1.heads import decode
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.tasks import Cut, cut_positions, get_task
+from gpt1.taskdata import Part
+from gpt1.tasks import Cut, Example, LoadedSplit, Transformed, cut_positions, get_task
 from gpt1.tokenizer import GPT1Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,6 +114,36 @@ def test_lr_warms_up_then_decays_linearly_to_zero() -> None:
     factors = [linear_lr_factor(u, 2, 6) for u in range(6)]
     assert factors == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
     assert linear_lr_factor(0, 0, 4) == 1.0
+
+
+def _part_of_lengths(lengths: list[int]) -> Part:
+    examples = [Example(("x",), 0, None, i) for i in range(len(lengths))]
+    return Part(LoadedSplit(examples, len(examples), 0, 0), [Transformed([[1] * n], False) for n in lengths],
+                "train", None)
+
+
+def _padded_tokens(part: Part, groups: list[list[int]]) -> int:
+    return sum(len(g) * max(len(part.transformed[i].sequences[0]) for i in g) for g in groups)
+
+
+def test_plain_batches_are_slices_of_one_permutation() -> None:
+    """length_group_batches 1 keeps the batches shuffled training always had, draw for draw."""
+    part = _part_of_lengths(list(range(1, 38)))
+    expected = chunks(torch.randperm(37, generator=torch.Generator().manual_seed(3)).tolist(), 8)
+    assert epoch_batches(part, 8, torch.Generator().manual_seed(3), 1) == expected
+
+
+def test_length_grouped_batches_cover_the_epoch_once_and_pad_less() -> None:
+    lengths = [int(n) for n in np.random.default_rng(0).integers(3, 120, size=203)]
+    part = _part_of_lengths(lengths)
+    plain = epoch_batches(part, 16, torch.Generator().manual_seed(0), 1)
+    grouped = epoch_batches(part, 16, torch.Generator().manual_seed(0), 4)
+    assert sorted(i for g in grouped for i in g) == list(range(203))  # every example once
+    assert len(grouped) == len(plain) == 13 and sum(len(g) < 16 for g in grouped) == 1
+    assert _padded_tokens(part, grouped) < 0.8 * _padded_tokens(part, plain)
+    again = epoch_batches(part, 16, torch.Generator().manual_seed(0), 4)
+    assert grouped == again  # the generator decides everything
+    assert grouped != epoch_batches(part, 16, torch.Generator().manual_seed(1), 4)
 
 
 def test_variants_set_lambda_and_weights(assets: Assets) -> None:
