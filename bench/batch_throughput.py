@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from common import REPO, machine
 
 from gpt1.checkpoints import build_model, model_config
-from gpt1.config import load_config
+from gpt1.config import N_SPECIAL_TOKENS, Config, load_config
 from gpt1.runtime import autocast, resolve_precision
+from gpt1.tokenizer import GPT1Tokenizer
 
 
 def update_seconds(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: int, n_ctx: int, vocab: int,
@@ -40,10 +41,19 @@ def update_seconds(model: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
     return time.perf_counter() - start
 
 
+def vocab_size(cfg: Config, profile: str) -> int:
+    """The profile's tokenizer's size where the pipeline has trained it, else the most the bpe settings allow."""
+    folder = REPO / "results" / profile / "tokenizer"
+    if folder.is_dir():
+        return GPT1Tokenizer.load(folder).base_vocab_size
+    bpe = cfg.section("bpe")
+    return N_SPECIAL_TOKENS + 2 * bpe["limit_alphabet"] + bpe["merges"]
+
+
 def measure(kind: str, profile: str, batches: list[int], rounds: int) -> dict[int, float]:
     """batch -> median tokens/s over the rounds."""
     cfg = load_config(REPO / "params.yaml", profile)
-    vocab = 8400 if profile == "default" else 40478
+    vocab = vocab_size(cfg, profile)
     config = model_config(kind, cfg.section("model"), vocab)
     torch.manual_seed(0)
     model = build_model(kind, config).train()
