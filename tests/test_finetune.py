@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+import gpt1.finetuning as finetuning
 from gpt1.checkpoints import save_weights, weights_metadata
 from gpt1.config import finetune_settings, load_config
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, without_timings, write_json
 from gpt1.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
-from gpt1.finetuning import chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
+from gpt1.finetuning import Trainer, chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
 from gpt1.heads import decode
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.taskdata import Part
@@ -400,3 +401,17 @@ def test_finetune_dropout_replaces_the_pretrained_models_or_keeps_it(assets: Ass
     for variant, folder in (("pretrained", assets.gpt), ("scratch", assets.gpt), ("lstm", assets.lstm)):
         lm = prepare_job(cfg, "sst2", variant, 0, folder, assets.tokenizer).model.lm
         assert {m.p for m in lm.modules() if isinstance(m, torch.nn.Dropout)} == {0.35}, variant
+
+
+def test_the_trainer_groups_batches_as_the_profile_says_and_steps_with_fused_adamw(assets: Assets,
+                                                                                   monkeypatch) -> None:
+    job = prepare_job(finetune_settings(config("finetune.length_group_batches=3")), "sst2", "pretrained", 0,
+                      assets.gpt, assets.tokenizer)
+    assert job.recipe.length_group_batches == 3
+    trainer = Trainer(job.model, job.recipe, job.train, 0)
+    assert trainer.optimizer.defaults["fused"] is True  # CPU: the fused kernels (bench/optimizer_step.py)
+    seen: list[list[int]] = []
+    # Record the batches the trainer forms, without training on them.
+    monkeypatch.setattr(finetuning, "batches", lambda part, groups, regression: seen.extend(groups) or iter(()))
+    trainer.epoch(0, 0, "test")
+    assert seen == epoch_batches(job.train, job.recipe.batch_size, torch.Generator().manual_seed(0), 3)
