@@ -7,6 +7,7 @@ number of layers differs per profile.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +22,25 @@ from gpt1.files import (
     write_csv,
     write_sealed_json,
 )
+from gpt1.significance import column_test, predictions_by_key, report_se
 
 # The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
 CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
-FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_split"]
+FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "dev_split"]
 
 
-def curve_point(k: int, metrics: dict[str, Any]) -> dict[str, Any]:
-    """One point of the figure: k, train and dev accuracy (fractions), and what dev was."""
-    report = metrics["reports"][CURVE_REPORT[metrics["task"]]]
+def curve_point(k: int, metrics: dict[str, Any], predictions: Sequence[dict[str, Any]],
+                first: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
+    """One point of the figure: k, train and dev accuracy (fractions), dev's bootstrap standard error over its
+    examples, the paired bootstrap p-value of this k against the curve's first (k = 0) on the same examples (None
+    at k = 0), and what dev was. `predictions`: the fine-tuning run's prediction records."""
+    name = CURVE_REPORT[metrics["task"]]
+    report = metrics["reports"][name]
+    mine = predictions_by_key(predictions)
     return {"layers": k, "train_accuracy": metrics["train_accuracy"], "dev_accuracy": report["metrics"]["accuracy"],
+            "dev_se": report_se(mine, name, "accuracy"),
+            "p_vs_first": None if first is None else column_test(f"layers {k}", name, "accuracy", [name], {0: mine},
+                                                                 {0: predictions_by_key(first)}).p_value,
             "dev_split": report["evaluated_on"]}
 
 
@@ -60,14 +70,16 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params,
                    name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
+        first = None
         for k in range(n_layer + 1):
-            metrics = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
-                                   examples_dir=examples_dir, **layer_caps(cfg)).metrics
-            runs[str(k)] = without_timings(metrics)
-            points.append(curve_point(k, metrics))
-            run.log_metrics({"train_accuracy": points[-1]["train_accuracy"],
-                             "dev_accuracy": points[-1]["dev_accuracy"]}, step=k)
-            print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}")
+            result = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
+                                  examples_dir=examples_dir, **layer_caps(cfg))
+            runs[str(k)] = without_timings(result.metrics)
+            points.append(curve_point(k, result.metrics, result.predictions, first))
+            first = result.predictions if first is None else first
+            run.log_metrics({key: points[-1][key] for key in ("train_accuracy", "dev_accuracy", "dev_se")}, step=k)
+            print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}"
+                  f" ± {points[-1]['dev_se']:.3f}")
         with staged_outputs(out_dir / layout.LAYERS_JSON, out_dir / layout.LAYERS_CSV) as (json_tmp, csv_tmp):
             write_csv(csv_tmp, FIELDS, points)
             write_sealed_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,

@@ -1,5 +1,7 @@
-"""Table 5's paired tests: the full model against each ablation, per column, on the evaluation examples both runs
-scored, by a paired bootstrap over those examples (gpt1.metrics.paired_bootstrap).
+"""Standard errors and paired tests over a fine-tuning run's evaluation examples: Table 5's tests of the full model
+against each ablation, per column, on the examples both runs scored, by a paired bootstrap over those examples
+(gpt1.metrics.paired_bootstrap); the bootstrap standard error of a table cell or a curve's point; Figure 2 (left)
+tests each point against the curve's first.
 
 Predictions (a fine-tuning run's predictions.jsonl) are joined by (report, split, index, config), so a test never
 pairs two different examples. The seeds both variants have are pooled: seed s of the full model is paired with
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from gpt1.errors import PredictionsError
-from gpt1.metrics import paired_bootstrap
+from gpt1.metrics import bootstrap_se, paired_bootstrap
 
 RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -46,11 +48,25 @@ class PairedTest:
     resamples: int = RESAMPLES
 
 
-def _number(record: Mapping[str, Any], key: str, path: Path, line: int) -> float:
+def _number(record: Mapping[str, Any], key: str, where: str) -> float:
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PredictionsError(f"{path}:{line}: key {key!r} must be a number, got {value!r}")
+        raise PredictionsError(f"{where}: key {key!r} must be a number, got {value!r}")
     return float(value)
+
+
+def _prediction(record: Any, where: str) -> tuple[Key, Prediction]:
+    """One prediction record (a line of predictions.jsonl) by its example key; `where` names it in errors."""
+    if not isinstance(record, dict):
+        raise PredictionsError(f"{where}: a line must be a JSON object")
+    for key in ("report", "split"):
+        if not isinstance(record.get(key), str):
+            raise PredictionsError(f"{where}: key {key!r} must be a string, got {record.get(key)!r}")
+    index = record.get("index")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise PredictionsError(f"{where}: key 'index' must be an integer, got {index!r}")
+    key = (record["report"], record["split"], index, record.get("config"))
+    return key, Prediction(_number(record, "label", where), _number(record, "prediction", where))
 
 
 def read_predictions(path: Path) -> dict[Key, Prediction]:
@@ -62,17 +78,25 @@ def read_predictions(path: Path) -> dict[Key, Prediction]:
                 record = json.loads(text)
             except json.JSONDecodeError as err:
                 raise PredictionsError(f"{path}:{line}: not JSON ({err.msg}); rerun the fine-tuning job") from None
-            if not isinstance(record, dict):
-                raise PredictionsError(f"{path}:{line}: a line must be a JSON object")
-            for key in ("report", "split"):
-                if not isinstance(record.get(key), str):
-                    raise PredictionsError(f"{path}:{line}: key {key!r} must be a string, got {record.get(key)!r}")
-            index = record.get("index")
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise PredictionsError(f"{path}:{line}: key 'index' must be an integer, got {index!r}")
-            key = (record["report"], record["split"], index, record.get("config"))
-            found[key] = Prediction(_number(record, "label", path, line), _number(record, "prediction", path, line))
+            key, prediction = _prediction(record, f"{path}:{line}")
+            found[key] = prediction
     return found
+
+
+def predictions_by_key(records: Iterable[Mapping[str, Any]]) -> dict[Key, Prediction]:
+    """Prediction records a fine-tuning run returned (gpt1.finetuning.FinetuneResult.predictions) by example key."""
+    return dict(_prediction(record, f"prediction {i}") for i, record in enumerate(records))
+
+
+def report_se(predictions: Mapping[Key, Prediction], report: str, metric: str) -> float:
+    """Bootstrap standard error (a fraction, as the metric) of one run's `metric` on the examples of `report`: the
+    noise of the evaluation examples for one trained model."""
+    keys = sorted((k for k in predictions if k[0] == report), key=lambda k: (k[1], k[2], k[3] or ""))
+    if not keys:
+        raise PredictionsError(f"no predictions of report {report!r}")
+    labels = [predictions[k].label for k in keys]
+    guesses = [predictions[k].prediction for k in keys]
+    return bootstrap_se(metric, labels, guesses, n=RESAMPLES, seed=BOOTSTRAP_SEED)
 
 
 def paired_arrays(full: Mapping[Key, Prediction], other: Mapping[Key, Prediction],

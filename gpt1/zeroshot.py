@@ -35,9 +35,10 @@ from gpt1 import layout
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDEX, iter_snapshots, load_pretrained
 from gpt1.errors import ZeroshotError
 from gpt1.files import file_record, read_json, require_files, staged_outputs, write_csv, write_sealed_json
-from gpt1.metrics import accuracy, matthews
+from gpt1.metrics import accuracy, bootstrap_se, matthews, paired_bootstrap
 from gpt1.runtime import default_device
 from gpt1.scoring import BATCH_TOKENS, fit_context, score_continuations
+from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES
 from gpt1.tasks import Example, LoadedSplit, evaluation_split, get_task, load_examples, mirror_splits
 from gpt1.tokenizer import GPT1Tokenizer
 
@@ -47,7 +48,7 @@ COLA_CONTEXT = "."  # what a sentence is conditioned on, so that its first token
 SST2_CUE = "very"
 SST2_WORDS = ("negative", "positive")  # in GLUE label order: 0 negative, 1 positive
 POSSESSIVES = frozenset({"his", "its", "their"})  # a candidate replacing one of these gets "'s" (Jimbo's car)
-CSV_FIELDS = ("model", "step", "task", "metric", "raw", "normalised")
+CSV_FIELDS = ("model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first")
 JSON_FILE, CSV_FILE = layout.ZEROSHOT_JSON, layout.ZEROSHOT_CSV
 
 HEURISTICS = {
@@ -216,8 +217,19 @@ def choose_threshold(scores: np.ndarray, labels: np.ndarray, metric: Callable = 
     return float(best), metric(labels, (scores > best).astype(int))
 
 
+@dataclass(frozen=True)
+class Scored:
+    """A probe under one model: the task's metric on the reported examples, each example's prediction (the
+    standard error and the paired tests resample them), and what was chosen on the fit split."""
+
+    raw: float
+    labels: np.ndarray
+    predictions: np.ndarray
+    details: dict[str, float]
+
+
 def evaluate_cola(model: nn.Module, probe: ColaProbe, n_ctx: int | None = None,
-                  batch_tokens: int = BATCH_TOKENS) -> dict[str, float]:
+                  batch_tokens: int = BATCH_TOKENS) -> Scored:
     """MCC on the test sentences, thresholded where MCC is best on the (separate) fit sentences."""
     def scores(sentences: list[list[int]]) -> np.ndarray:
         return score_continuations(model, [probe.context] * len(sentences), sentences, n_ctx=n_ctx,
@@ -225,11 +237,12 @@ def evaluate_cola(model: nn.Module, probe: ColaProbe, n_ctx: int | None = None,
 
     threshold, fit_mcc = choose_threshold(scores(probe.fit_sentences), probe.fit_labels)
     predictions = (scores(probe.test_sentences) > threshold).astype(int)
-    return {"raw": matthews(probe.test_labels, predictions), "threshold": threshold, "threshold_split_mcc": fit_mcc}
+    return Scored(matthews(probe.test_labels, predictions), probe.test_labels, predictions,
+                  {"threshold": threshold, "threshold_split_mcc": fit_mcc})
 
 
 def evaluate_sst2(model: nn.Module, probe: Sst2Probe, n_ctx: int | None = None,
-                  batch_tokens: int = BATCH_TOKENS) -> dict[str, float]:
+                  batch_tokens: int = BATCH_TOKENS) -> Scored:
     """Accuracy of 'positive when log p(positive) - log p(negative) > offset', the offset chosen on the fit split;
     and the paper's rule (offset 0) as `uncalibrated`."""
     def margins(part: ChoiceProbe) -> np.ndarray:
@@ -238,18 +251,21 @@ def evaluate_sst2(model: nn.Module, probe: Sst2Probe, n_ctx: int | None = None,
 
     offset, fit_accuracy = choose_threshold(margins(probe.fit), probe.fit.labels, metric=accuracy)
     test = margins(probe.test)
-    return {"raw": accuracy(probe.test.labels, (test > offset).astype(int)), "offset": offset,
-            "offset_split_accuracy": fit_accuracy, "uncalibrated": accuracy(probe.test.labels, (test > 0).astype(int))}
+    predictions = (test > offset).astype(int)
+    return Scored(accuracy(probe.test.labels, predictions), probe.test.labels, predictions,
+                  {"offset": offset, "offset_split_accuracy": fit_accuracy,
+                   "uncalibrated": accuracy(probe.test.labels, (test > 0).astype(int))})
 
 
 def evaluate_probe(model: nn.Module, probe: ChoiceProbe | ColaProbe | Sst2Probe, n_ctx: int | None = None,
-                   batch_tokens: int = BATCH_TOKENS) -> dict[str, float]:
-    """{'raw': the task's metric, ...}: MCC for CoLA, accuracy for SST-2 and the multiple-choice probes."""
+                   batch_tokens: int = BATCH_TOKENS) -> Scored:
+    """The task's metric (MCC for CoLA, accuracy for SST-2 and the multiple-choice probes) and the predictions."""
     if isinstance(probe, ColaProbe):
         return evaluate_cola(model, probe, n_ctx, batch_tokens)
     if isinstance(probe, Sst2Probe):
         return evaluate_sst2(model, probe, n_ctx, batch_tokens)
-    return {"raw": accuracy(probe.labels, predict_choices(model, probe, n_ctx, batch_tokens))}
+    predictions = predict_choices(model, probe, n_ctx, batch_tokens)
+    return Scored(accuracy(probe.labels, predictions), probe.labels, predictions, {})
 
 
 def normalise(raw: float, reference: dict[str, Any]) -> float:
@@ -385,24 +401,33 @@ def load_point(point: Point, tokenizer_sha256: str, device: torch.device) -> nn.
     return model.to(device).eval()
 
 
-def score_point(model: nn.Module, tasks: Sequence[TaskData], references: dict[str, Any], bar: Any = None
-                ) -> dict[str, dict[str, Any]]:
-    """Every task's raw metric, normalised score, size and split under one model."""
-    results = {}
+def score_point(model: nn.Module, tasks: Sequence[TaskData], bar: Any = None) -> dict[str, Scored]:
+    """Every task's probe under one model."""
+    scored = {}
     for task in tasks:
-        ref = references[task.name]
-        scored = evaluate_probe(model, task.probe)
-        raw = scored.pop("raw")
-        results[task.name] = {"metric": ref["metric"], "raw": raw, "normalised": normalise(raw, ref),
-                              "examples": len(task.probe), "split": task.split, **scored}
+        scored[task.name] = evaluate_probe(model, task.probe)
         if bar is not None:
             bar.update(1)
-    return results
+    return scored
+
+
+def task_result(task: TaskData, reference: dict[str, Any], scored: Scored, first: Scored | None) -> dict[str, Any]:
+    """zeroshot.json's entry of one task at one point: the raw metric and its bootstrap standard error over the
+    examples, both on the paper's normalised scale too, and `p_vs_first`, the paired bootstrap p-value of this point
+    against the curve's first on the same examples (None at the first point)."""
+    metric = reference["metric"]
+    se = bootstrap_se(metric, scored.labels, scored.predictions, n=RESAMPLES, seed=BOOTSTRAP_SEED)
+    p_vs_first = None if first is None else paired_bootstrap(
+        metric, scored.labels, scored.predictions, first.predictions, n=RESAMPLES, seed=BOOTSTRAP_SEED).p_value
+    scale = reference["sota"] - reference["random"]
+    return {"metric": metric, "raw": scored.raw, "se": se, "normalised": normalise(scored.raw, reference),
+            "normalised_se": se / scale, "p_vs_first": p_vs_first, "examples": len(task.probe), "split": task.split,
+            **scored.details}
 
 
 def _csv_rows(kind: str, entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"model": kind, "step": e["step"], "task": task, "metric": r["metric"], "raw": r["raw"],
-             "normalised": r["normalised"]} for e in entries for task, r in e["tasks"].items()]
+    return [{"model": kind, "step": e["step"], "task": task, **{key: r[key] for key in CSV_FIELDS[3:]}}
+            for e in entries for task, r in e["tasks"].items()]
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -413,6 +438,7 @@ def _mlflow_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     out = {}
     for task, r in results.items():
         out[f"{task}_{r['metric']}"] = r["raw"]
+        out[f"{task}_{r['metric']}_se"] = r["se"]
         out[f"{task}_normalised"] = r["normalised"]
     return out
 
@@ -438,11 +464,14 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
 
     with stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"zeroshot {kind}") as run:
         run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
-        entries = []
+        entries, first = [], None
         with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
             for point in points:
                 model = load_point(point, tokenizer.fingerprint(), device)
-                results = score_point(model, tasks, references, bar)
+                scored = score_point(model, tasks, bar)
+                results = {t.name: task_result(t, references[t.name], scored[t.name],
+                                               None if first is None else first[t.name]) for t in tasks}
+                first = scored if first is None else first
                 entries.append({"index": point.index, "step": point.step, "tokens": point.tokens,
                                 "val_loss": point.val_loss, "final": point.index is None,
                                 "weights": str(point.weights), "tasks": results})
@@ -458,6 +487,9 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
                 "SST-2: likewise the offset between the two words' log-probabilities (maximising accuracy on train); "
                 "'uncalibrated' is the paper's rule (offset 0), biased when one word has more BPE tokens.",
                 "normalised = (raw - random) / (sota - random) with `references` (the paper's Figure 2 scale).",
+                f"se: the bootstrap standard error over the evaluated examples ({RESAMPLES} resamples; the noise of "
+                "the examples, for one pre-trained model); p_vs_first: the paired bootstrap p-value of a point "
+                "against the first on the same examples (beyond one standard error is about p < 0.32, two p < 0.05).",
                 "The final model is the last entry (final: true) only when its step differs from the last snapshot's.",
             ],
         }
@@ -472,6 +504,7 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
 __all__ = [
     "ChoiceProbe",
     "ColaProbe",
+    "Scored",
     "Sst2Probe",
     "choose_threshold",
     "cola_probe",

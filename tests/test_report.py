@@ -132,9 +132,11 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
                 dev = low + (high - low) * (1 - math.exp(-k / 4)) / (1 - math.exp(-n_layer / 4))
                 dev += rng.normal(0, 0.006)
                 rows.append({"layers": k, "train_accuracy": min(dev + 0.08 + 0.004 * k, 1.0), "dev_accuracy": dev,
+                             "dev_se": 0.02 + 0.001 * seed, "p_vs_first": None if k == 0 else 0.5 / k,
                              "dev_split": split})
             write_csv(results / "analyses" / "layers" / task / str(seed) / "layers.csv",
-                      ["layers", "train_accuracy", "dev_accuracy", "dev_split"], rows, "layers.json")
+                      ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "dev_split"], rows,
+                      "layers.json")
     steps = [1, 4, 16, 64, 256, 1024, 1500]
     for model, scale in (("gpt", 1.0), ("lstm", 0.55)):
         rows = []
@@ -143,9 +145,11 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
             for task, top in {"cola": 0.35, "sst2": 0.75, "race": 0.3, "dprd": 0.25}.items():
                 value = scale * top * grow + rng.normal(0, 0.02)
                 rows.append({"model": model, "step": step, "task": task, "metric": "mcc" if task == "cola"
-                             else "accuracy", "raw": value, "normalised": value})
+                             else "accuracy", "raw": value, "se": 0.03, "normalised": value, "normalised_se": 0.1,
+                             "p_vs_first": None if step == steps[0] else 0.04})
         write_csv(results / "analyses" / "zeroshot" / model / "zeroshot.csv",
-                  ["model", "step", "task", "metric", "raw", "normalised"], rows, "zeroshot.json")
+                  ["model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first"], rows,
+                  "zeroshot.json")
         curve = []
         for step in range(100, 1501, 100):
             loss = (4.2 if model == "gpt" else 4.6) + 4.0 * math.exp(-step / 300)
@@ -458,6 +462,31 @@ def test_figures_are_drawn_from_partial_inputs(tmp_path: Path) -> None:
     assert any("layers/mnli/1/layers.csv" in g.note for g in report.gaps)
     for name in FIGURES:
         assert (out / "figures" / f"{name}.svg").stat().st_size > 1000
+
+
+def test_figure2_summary_carries_the_last_points_standard_error_and_its_test_against_the_first(
+        tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    write_analyses(results, (0,))
+    one = json.loads(_summary_of(config(seeds=[0]), results, tmp_path / "one"))
+    assert one["figure2_left.mnli.dev_se"] == 2.0  # the seed's bootstrap SE, 0.02, in percent
+    assert one["figure2_left.race.p_vs_first"] == round(0.5 / 12, 4)  # k = 12 against k = 0
+    assert one["figure2_right.gpt.cola.normalised_se"] == 0.1 and one["figure2_right.gpt.cola.p_vs_first"] == 0.04
+    write_analyses(results, (0, 1))
+    two = json.loads(_summary_of(config(seeds=[0, 1]), results, tmp_path / "two"))
+    dev = [read_rows(results, seed)[-1]["dev_accuracy"] for seed in (0, 1)]
+    assert two["figure2_left.mnli.dev_se"] == pytest.approx(100 * abs(dev[0] - dev[1]) / 2, abs=1e-4)  # sd / sqrt(2)
+    assert "figure2_left.mnli.p_vs_first" not in two  # a test over several seeds would pool them; not made here
+
+
+def _summary_of(cfg: Config, results: Path, out: Path) -> str:
+    render_report(cfg, results, out)
+    return (out / "tables" / SUMMARY_FILE).read_text()
+
+
+def read_rows(results: Path, seed: int) -> list[dict[str, Any]]:
+    with open(results / "analyses" / "layers" / "mnli" / str(seed) / "layers.csv") as handle:
+        return [{k: float(v) for k, v in row.items() if k == "dev_accuracy"} for row in csv.DictReader(handle)]
 
 
 def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, monkeypatch) -> None:

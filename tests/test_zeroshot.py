@@ -18,11 +18,14 @@ from torch import nn
 
 from gpt1.errors import Gpt1Error
 from gpt1.files import read_sealed_json, verify_file
-from gpt1.metrics import matthews
+from gpt1.metrics import bootstrap_se, matthews
 from gpt1.scoring import score_continuations
 from gpt1.tasks import Example
 from gpt1.tokenizer import train
 from gpt1.zeroshot import (
+    ChoiceProbe,
+    Scored,
+    TaskData,
     check_references,
     choose_threshold,
     cola_probe,
@@ -36,6 +39,7 @@ from gpt1.zeroshot import (
     race_probe,
     sst2_calibrated_probe,
     sst2_probe,
+    task_result,
     zeroshot_stage,
 )
 
@@ -170,9 +174,10 @@ def test_sst2_offset_from_train_undoes_a_bias_for_one_word(tok):
     model.prefer(tid(tok, "good"), positive, 6.0)
     model.prefer(tid(tok, "bad"), positive, 2.0)  # the bias: "positive" is likelier even after bad
     scored = evaluate_sst2(model, probe)
-    assert scored["uncalibrated"] == pytest.approx(1 / 3)  # everything called positive
-    assert scored["raw"] == 1.0 and scored["offset_split_accuracy"] == 1.0
-    assert 2.0 < scored["offset"] < 6.0  # between the two margins (log-odds 2 and 6)
+    assert scored.details["uncalibrated"] == pytest.approx(1 / 3)  # everything called positive
+    assert scored.raw == 1.0 and scored.details["offset_split_accuracy"] == 1.0
+    assert 2.0 < scored.details["offset"] < 6.0  # between the two margins (log-odds 2 and 6)
+    assert scored.predictions.tolist() == scored.labels.tolist() == [1, 0, 0]
 
 
 def test_race_picks_the_answer_the_lm_likes(tok):
@@ -240,11 +245,32 @@ def test_cola_threshold_comes_from_the_separate_split_and_mcc_from_the_reported_
     assert probe.context == tok.encode(".")
     result = evaluate_cola(model, probe)
     scores = score_continuations(model, [probe.context] * 6, probe.fit_sentences)
-    assert result["threshold"] == pytest.approx((scores[2] + scores[3]) / 2)
-    assert result["threshold_split_mcc"] == pytest.approx(1.0)
-    assert result["raw"] == pytest.approx(1 / 3)
-    assert result["raw"] == pytest.approx(matthews([1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 0, 0]))
+    assert result.details["threshold"] == pytest.approx((scores[2] + scores[3]) / 2)
+    assert result.details["threshold_split_mcc"] == pytest.approx(1.0)
+    assert result.predictions.tolist() == [1, 1, 1, 0, 0, 0] and result.labels.tolist() == [1, 1, 0, 1, 0, 0]
+    assert result.raw == pytest.approx(1 / 3)
+    assert result.raw == pytest.approx(matthews([1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 0, 0]))
     assert choose_threshold(scores, probe.test_labels)[1] == pytest.approx(1 / math.sqrt(2))
+
+
+def test_a_points_result_carries_its_standard_error_and_its_test_against_the_first():
+    labels = np.array([1, 0] * 20)
+    first = Scored(0.5, labels, np.ones(40, dtype=int), {})
+    better = Scored(0.9, labels, np.where(np.arange(40) < 36, labels, 1 - labels), {"offset": 0.25})
+    task = TaskData("sst2", sst2_probe_of(labels), "validation", {})
+    reference = {"metric": "accuracy", "random": 0.5, "sota": 0.9}
+    start, end = task_result(task, reference, first, None), task_result(task, reference, better, first)
+    assert start["p_vs_first"] is None and start["normalised"] == 0.0
+    assert start["se"] == pytest.approx(bootstrap_se("accuracy", labels, first.predictions, n=1000, seed=0))
+    assert end["se"] == pytest.approx(bootstrap_se("accuracy", labels, better.predictions, n=1000, seed=0))
+    assert 0.03 < end["se"] < 0.07  # sqrt(0.9 * 0.1 / 40) = 0.047
+    assert end["normalised_se"] == pytest.approx(end["se"] / 0.4)
+    assert end["p_vs_first"] < 0.01 and end["offset"] == 0.25  # 0.5 -> 0.9 on 40 examples is no accident
+    assert task_result(task, reference, first, first)["p_vs_first"] == 1.0  # the same predictions
+
+
+def sst2_probe_of(labels: np.ndarray) -> ChoiceProbe:
+    return ChoiceProbe([[0]] * (2 * len(labels)), [[1]] * (2 * len(labels)), 2, labels, "sum")
 
 
 # ------------------------------------------------------------------------------------------------ the stage
@@ -297,6 +323,9 @@ def test_stage_scores_every_snapshot_and_the_final_model(kind, tiny_data: TinyDa
         for task, r in entry["tasks"].items():
             assert r["examples"] == 6 and r["metric"] == refs[task]["metric"]
             assert r["normalised"] == pytest.approx(normalise(r["raw"], refs[task]))
+            scale = refs[task]["sota"] - refs[task]["random"]
+            assert r["se"] >= 0 and r["normalised_se"] == pytest.approx(r["se"] / scale)
+            assert (r["p_vs_first"] is None) == (entry is entries[0])
         assert entry["tasks"]["dprd"]["split"] == "train"
         assert entry["tasks"]["cola"]["split"] == "validation" and "threshold" in entry["tasks"]["cola"]
     assert saved["tasks"]["cola"]["threshold_split"] == "train"
@@ -305,7 +334,9 @@ def test_stage_scores_every_snapshot_and_the_final_model(kind, tiny_data: TinyDa
 
     with open(out / "zeroshot.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert list(rows[0]) == ["model", "step", "task", "metric", "raw", "normalised"]
+    assert list(rows[0]) == ["model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se",
+                             "p_vs_first"]
+    assert [r["p_vs_first"] == "" for r in rows[::4]] == [True, False, False]
     assert len(rows) == 12 and {r["model"] for r in rows} == {kind}
     assert [int(r["step"]) for r in rows[::4]] == [1, 5, 12]
 

@@ -29,7 +29,8 @@ FIGURE_FORMATS = layout.FIGURE_FORMATS
 
 
 def layer_means(analyses: Analyses) -> dict[str, dict[str, list[float]]]:
-    """Per task: layers k, mean train and dev accuracy (percent) over the seeds present, and their sd."""
+    """Per task: layers k, mean train and dev accuracy (percent) over the seeds present, their sd, and dev's standard
+    error: across seeds when there are several, else the one seed's bootstrap SE over its evaluation examples."""
     curves = {}
     for task, seeds in analyses.layers.items():
         ks = sorted({row["layers"] for rows in seeds.values() for row in rows})
@@ -51,14 +52,19 @@ def layer_means(analyses: Analyses) -> dict[str, dict[str, list[float]]]:
             ]
             curve[split] = [m for m, _ in stats]
             curve[f"{split}_sd"] = [s if s is not None else 0.0 for _, s in stats]
+        if len(seeds) > 1:
+            curve["dev_se"] = [sd / math.sqrt(len(seeds)) for sd in curve["dev_sd"]]
+        else:
+            rows = {row["layers"]: row for seed_rows in seeds.values() for row in seed_rows}
+            curve["dev_se"] = [100.0 * rows[k]["dev_se"] for k in ks]
         curve["seeds"] = [float(len(seeds))]
         curves[task] = curve
     return curves
 
 
-def zeroshot_points(rows: Sequence[dict[str, Any]], task: str) -> list[tuple[int, float]]:
-    """(pre-training step, normalised score) of one task, by step."""
-    return sorted((r["step"], r["normalised"]) for r in rows if r["task"] == task)
+def zeroshot_points(rows: Sequence[dict[str, Any]], task: str) -> list[tuple[int, float, float]]:
+    """(pre-training step, normalised score, its standard error) of one task, by step."""
+    return sorted((r["step"], r["normalised"], r["normalised_se"]) for r in rows if r["task"] == task)
 
 
 def _new_figure(width: float = 5.0, height: float = 3.8, panels: int = 1) -> tuple[Any, list[Any]]:
@@ -95,13 +101,16 @@ def figure2_left(analyses: Analyses) -> Any:
             )
             if curve["seeds"][0] > 1:
                 axis.fill_between(curve["k"], mean - sd, mean + sd, color=colour, alpha=0.12, linewidth=0)
+        axis.errorbar(curve["k"], curve["dev"], yerr=curve["dev_se"], fmt="none", ecolor=colour, elinewidth=0.8,
+                      capsize=2.5)
     if not curves:
         _no_data(axis, "layer-transfer results")
     else:
         axis.legend(fontsize=8, frameon=False)
         seeds = sorted({len(s) for s in analyses.layers.values()})
         axis.set_title(
-            f"dev: {_dev_splits(analyses)}; mean of {'/'.join(map(str, seeds))} seed(s)", fontsize=7, color="0.35"
+            f"dev: {_dev_splits(analyses)}; mean of {'/'.join(map(str, seeds))} seed(s); bars: dev ± 1 SE",
+            fontsize=7, color="0.35",
         )
     axis.set_xlabel("# of layers transferred")
     axis.set_ylabel("Accuracy (%)")
@@ -120,7 +129,8 @@ def _dev_splits(analyses: Analyses) -> str:
 
 
 def figure2_right(analyses: Analyses) -> Any:
-    """Normalised zero-shot performance against pre-training updates (log): a colour per task, LSTM dashed."""
+    """Normalised zero-shot performance against pre-training updates (log): a colour per task, LSTM dashed; a band
+    of ± 1 bootstrap SE over the evaluated examples around the Transformer's lines."""
     from matplotlib.lines import Line2D
 
     figure, (axis,) = _new_figure()
@@ -128,10 +138,13 @@ def figure2_right(analyses: Analyses) -> Any:
     for model, rows in analyses.zeroshot.items():
         style = MODELS.get(model, (model, ":"))[1]
         for task in ZEROSHOT_TASKS:
-            points = [(step, value) for step, value in zeroshot_points(rows, task) if step > 0]
+            points = [point for point in zeroshot_points(rows, task) if point[0] > 0]
             if points:  # a log axis has no 0: an untrained snapshot (step 0) is left out
-                steps, values = zip(*points, strict=True)
+                steps, values, errors = (np.array(column) for column in zip(*points, strict=True))
                 axis.plot(steps, values, style, color=ZEROSHOT_COLOURS[task], marker="o", markersize=3)
+                if model == "gpt":  # the LSTM's bands would hide the lines; its SEs are in zeroshot.csv
+                    axis.fill_between(steps, values - errors, values + errors, color=ZEROSHOT_COLOURS[task],
+                                      alpha=0.1, linewidth=0)
                 drawn.add((model, task))
     if not drawn:
         _no_data(axis, "zero-shot results")

@@ -25,14 +25,25 @@ ABLATION_VARIANTS = ("no_aux", "lstm")  # run on params' ablation_tasks only (se
 LAYER_TASKS = {"mnli": "MultiNLI", "race": "RACE"}
 MODELS = {"gpt": ("Transformer", "-"), "lstm": ("LSTM", "--")}
 
-LAYER_FIELDS = {"layers": "int", "train_accuracy": "number|empty", "dev_accuracy": "number", "dev_split": "str"}
+# p_vs_first: a point against its curve's first (k = 0; the first snapshot), empty at the first point.
+LAYER_FIELDS = {
+    "layers": "int",
+    "train_accuracy": "number|empty",
+    "dev_accuracy": "number",
+    "dev_se": "number",
+    "p_vs_first": "number|empty",
+    "dev_split": "str",
+}
 ZEROSHOT_FIELDS = {
     "model": "str",
     "step": "int",
     "task": "str",
     "metric": "str",
     "raw": "number",
+    "se": "number",
     "normalised": "number",
+    "normalised_se": "number",
+    "p_vs_first": "number|empty",
 }
 CURVE_FIELDS = {
     "step": "int",

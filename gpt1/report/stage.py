@@ -52,15 +52,26 @@ def table_summary(tables: Sequence[Table]) -> dict[str, float]:
 
 
 def analysis_summary(analyses: Analyses) -> dict[str, float]:
-    """The last point of each curve: dev accuracy with all layers, final zero-shot scores, final perplexity."""
+    """The last point of each curve: dev accuracy with all layers, final zero-shot scores (each with its standard
+    error, and with one seed the paired p-value against the curve's first point), final perplexity."""
     summary: dict[str, float] = {}
     for task, curve in layer_means(analyses).items():
         summary[f"figure2_left.{task}.dev_accuracy"] = _rounded(curve["dev"][-1])
+        summary[f"figure2_left.{task}.dev_se"] = _rounded(curve["dev_se"][-1])
+        seeds = analyses.layers[task]
+        if len(seeds) == 1:
+            last = max(next(iter(seeds.values())), key=lambda row: row["layers"])
+            if last["p_vs_first"] is not None:
+                summary[f"figure2_left.{task}.p_vs_first"] = _rounded(last["p_vs_first"])
     for model, rows in analyses.zeroshot.items():
         for task in ZEROSHOT_TASKS:
             points = zeroshot_points(rows, task)
             if points:
                 summary[f"figure2_right.{model}.{task}.normalised"] = _rounded(points[-1][1])
+                summary[f"figure2_right.{model}.{task}.normalised_se"] = _rounded(points[-1][2])
+                last = max((r for r in rows if r["task"] == task), key=lambda row: row["step"])
+                if last["p_vs_first"] is not None:
+                    summary[f"figure2_right.{model}.{task}.p_vs_first"] = _rounded(last["p_vs_first"])
     for model, rows in analyses.curves.items():
         perplexity = [r for r in rows if r["val_perplexity"] is not None]
         if perplexity:

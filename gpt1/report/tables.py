@@ -25,7 +25,7 @@ import yaml
 
 from gpt1 import layout
 from gpt1.errors import ReportError
-from gpt1.metrics import GLUE_COMPONENTS, bootstrap_se, glue_average
+from gpt1.metrics import GLUE_COMPONENTS, glue_average
 from gpt1.report.inputs import (
     Finetuned,
     ReportPlan,
@@ -36,7 +36,7 @@ from gpt1.report.inputs import (
     verified_predictions,
 )
 from gpt1.report.numbers import difference, exact_decimal, mean_sd, mean_se, paper_average, round_half_up
-from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES, PairedTest, column_test
+from gpt1.significance import RESAMPLES, PairedTest, column_test, report_se
 from gpt1.tasks import PAPER_NUMBERS
 
 PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
@@ -175,12 +175,9 @@ def column_se(run: Run, column: Column) -> float | None:
     predictions = verified_predictions(path)
     errors = []
     for report, metric in column.components:
-        keys = sorted((k for k in predictions if k[0] == report), key=lambda k: (k[1], k[2], k[3] or ""))
-        if not keys:
+        if not any(k[0] == report for k in predictions):
             return None
-        labels = [predictions[k].label for k in keys]
-        guesses = [predictions[k].prediction for k in keys]
-        errors.append(100.0 * bootstrap_se(metric, labels, guesses, n=RESAMPLES, seed=BOOTSTRAP_SEED))
+        errors.append(100.0 * report_se(predictions, report, metric))
     return mean_se(errors)
 
 
