@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,25 @@ from common import machine
 from learning_curves import RESULTS, holdout_job
 
 
-def run(task: str, size: int, key: str, value: str, seed: int = 0) -> dict[str, Any]:
-    """One held-out fine-tuning job with `key=value`: its time, and its held-out labels and predictions."""
+def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", extra: Sequence[str] = (),
+                  pretrained: Path | None = None) -> dict[str, Any]:
+    """One held-out fine-tuning job (3 epochs, at most 1,000 held-out examples): its time, and its held-out labels
+    and predictions."""
     from gpt1.finetuning import finetune_job
     from gpt1.tasks import get_task
 
-    job, report = holdout_job(task, "pretrained", size, 3, 1000, seed, [f"{key}={value}"])
+    job, report = holdout_job(task, variant, size, 3, 1000, seed, list(extra), pretrained)
     started = time.perf_counter()
     result = finetune_job(job)
     lines = [p for p in result.predictions if p["report"] == report]
-    return {"task": task, "train_examples": size, "key": key, "value": value, "seed": seed,
-            "metric": get_task(task).paper_metric, "train_seconds": result.metrics["train_seconds"],
-            "job_seconds": time.perf_counter() - started, "labels": [p["label"] for p in lines],
-            "predictions": [p["prediction"] for p in lines]}
+    return {"task": task, "train_examples": size, "seed": seed, "metric": get_task(task).paper_metric,
+            "train_seconds": result.metrics["train_seconds"], "job_seconds": time.perf_counter() - started,
+            "labels": [p["label"] for p in lines], "predictions": [p["prediction"] for p in lines]}
+
+
+def run(task: str, size: int, key: str, value: str, seed: int = 0) -> dict[str, Any]:
+    """One held-out fine-tuning job of the pre-trained GPT with `key=value`."""
+    return {"key": key, "value": value} | holdout_point(task, size, seed, extra=[f"{key}={value}"])
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float, float, float, float]:

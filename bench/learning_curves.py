@@ -36,10 +36,12 @@ def training_data(task: str) -> tuple[str, float, int]:
     return (declared["split"], declared["fraction"], declared["seed"]) if declared else ("train", 1.0, 0)
 
 
-def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]):
+def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str],
+                pretrained: Path | None = None):
     """A fine-tuning job trained on `size` examples of the first 80% of the task's training data, evaluated on the
     rest of it instead of the task's reported split (train[0%:80%] and train[80%:100%]; for a declared cut such as
-    validation[0%:80%], validation[0%:64%] and validation[64%:80%]); `extra`: params overrides applied last."""
+    validation[0%:80%], validation[0%:64%] and validation[64%:80%]); `extra`: params overrides applied last;
+    `pretrained`: the pre-trained folder (default: the default profile's GPT)."""
     from gpt1.config import finetune_settings, load_config
     from gpt1.finetuning import prepare_job
     from gpt1.taskdata import EvalPart, data_source, load_part
@@ -53,7 +55,8 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
                  f"finetune.train_cuts.{task}={{split: {split}, fraction: {held}, seed: {cut_seed}}}", *extra]
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
-    job = prepare_job(finetune_settings(cfg), task, variant, seed, results / "pretrain" / "gpt", results / "tokenizer")
+    job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained or results / "pretrain" / "gpt",
+                      results / "tokenizer")
     rest = Cut(split, held, end, cut_seed)
     part = load_part(spec, "train", "train", rest, holdout, data_source(cfg.data_mirror, False, spec), job.tokenizer,
                      job.model.lm.config.n_ctx)
