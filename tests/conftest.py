@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,3 +111,34 @@ def trained_gpt(tiny_data: TinyData, mlflow_db: str, tmp_path_factory: pytest.Te
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_db)
         pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """README's `tools/mlflow_server.py up STATE` (PostgreSQL and `mlflow server` on 127.0.0.1); `down STATE` at the
+    end of the session, whatever happened, unless a test stopped it already. Skips where they cannot start."""
+    import json
+
+    from pipeline_repo import mlflow_server_command
+
+    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[postgres]')")
+    state = tmp_path_factory.mktemp("mlflow-server")
+    started = mlflow_server_command("up", state)
+    if started.returncode != 0:
+        pytest.skip(f"PostgreSQL and mlflow server cannot start here: {started.stderr.strip()[-500:]}")
+    recorded = json.loads((state / "server.json").read_text())
+    assert started.stdout.strip() == f"export MLFLOW_TRACKING_URI={recorded['uri']}"
+    try:
+        yield {**recorded, "state": state}
+    finally:
+        if (state / "server.json").exists():
+            mlflow_server_command("down", state)
+
+
+@pytest.fixture(scope="session")
+def server_smoke_run(mlflow_server: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke pipeline's checkout after a run that logged to `mlflow_server`. Shared by the server's tests and by
+    the bit-for-bit test of tests/test_workflow.py, which needs a second whole run anyway."""
+    from pipeline_repo import smoke_repo
+
+    return smoke_repo(tmp_path_factory.mktemp("server-repo"), {"MLFLOW_TRACKING_URI": mlflow_server["uri"]})[0]

@@ -57,3 +57,22 @@ def smoke_checkout(root: Path, env: dict[str, str], **params: object) -> Path:
 def commit_all(root: Path, env: dict[str, str], message: str) -> None:
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-q", "-m", message], root, env)
+
+
+def smoke_repo(root: Path, env_extra: dict[str, str] | None = None) -> tuple[Path, dict, str]:
+    """A checkout in `root` with params.yaml selecting smoke, after one `snakemake --cores 2` from a user's shell
+    (the virtual environment not activated: the workflow finds its Python itself); `env_extra` (e.g.
+    MLFLOW_TRACKING_URI) is added to that shell's environment."""
+    env = {**user_env(), **(env_extra or {})}
+    # Every task and both variants (each transformation and metric), but one ablation task: CI time.
+    smoke_checkout(root, env, ablation_tasks=["rte"])
+    log = run([*SNAKEMAKE, "--cores", "2"], root, env)
+    return root, env, log
+
+
+MLFLOW_SERVER = [sys.executable, str(REPO / "tools" / "mlflow_server.py")]
+
+
+def mlflow_server_command(action: str, state: Path) -> subprocess.CompletedProcess:
+    """`tools/mlflow_server.py up|down STATE`: README's commands for the MLflow server on PostgreSQL."""
+    return subprocess.run([*MLFLOW_SERVER, action, str(state)], capture_output=True, text=True, timeout=600)

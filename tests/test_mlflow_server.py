@@ -1,53 +1,21 @@
 """The smoke pipeline against `mlflow server` on a throw-away PostgreSQL cluster (tools/mlflow_server.py), both on
-127.0.0.1: every stage's run arrives, named by what it is and nested under the report run, with its metrics, its
-artifacts byte for byte, its models, and the pre-trained GPT registered; PostgreSQL holds them. Skipped where
-PostgreSQL cannot start. The commands are README's ("Scaling out")."""
+127.0.0.1 (conftest.py's fixtures `mlflow_server` and `server_smoke_run`): every stage's run arrives, named by what
+it is and nested under the report run, with its metrics, its artifacts byte for byte, its models, and the
+pre-trained GPT registered; PostgreSQL holds them. Skipped where PostgreSQL cannot start. The commands are
+README's ("Scaling out")."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import REPO, smoke_repo
+from pipeline_repo import mlflow_server_command
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-SERVER = [sys.executable, str(REPO / "tools" / "mlflow_server.py")]
-
-
-def server_command(action: str, state: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*SERVER, action, str(state)], capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """`tools/mlflow_server.py up STATE`; `down STATE` afterwards, whatever happened."""
-    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[postgres]')")
-    state = tmp_path_factory.mktemp("mlflow-server")
-    started = server_command("up", state)
-    if started.returncode != 0:
-        pytest.skip(f"PostgreSQL and mlflow server cannot start here: {started.stderr.strip()[-500:]}")
-    recorded = json.loads((state / "server.json").read_text())
-    assert started.stdout.strip() == f"export MLFLOW_TRACKING_URI={recorded['uri']}"
-    try:
-        yield {**recorded, "state": state}
-    finally:
-        if (state / "server.json").exists():
-            server_command("down", state)
-
-
-@pytest.fixture(scope="module")
-def pipeline(server: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root, _, _ = smoke_repo(tmp_path_factory.mktemp("repo"), {"MLFLOW_TRACKING_URI": server["uri"]})
-    return root
-
-
 def expected_run_names(root: Path) -> set[str]:
     params = yaml.safe_load((root / "params.yaml").read_text())
     seeds = params["seeds"]
@@ -62,10 +30,10 @@ def expected_run_names(root: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(server: dict, pipeline: Path) -> dict:
+def runs(mlflow_server: dict, server_smoke_run: Path) -> dict:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(server["uri"])
+    client = MlflowClient(mlflow_server["uri"])
     experiment = client.get_experiment_by_name("gpt1")
     found = client.search_runs([experiment.experiment_id], max_results=1000)
     return {"client": client, "experiment": experiment, "runs": {r.info.run_name: r for r in found}, "all": found}
@@ -75,17 +43,17 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_every_stage_run_arrives_named_finished_and_nested(runs: dict, pipeline: Path) -> None:
+def test_every_stage_run_arrives_named_finished_and_nested(runs: dict, server_smoke_run: Path) -> None:
     assert len(runs["all"]) == len(runs["runs"]), "two runs share a name"
-    assert set(runs["runs"]) == expected_run_names(pipeline)
+    assert set(runs["runs"]) == expected_run_names(server_smoke_run)
     assert all(r.info.status == "FINISHED" and r.data.tags["gpt1.profile"] == "smoke" for r in runs["all"])
     report = runs["runs"]["report"].info.run_id
     assert all(r.data.tags.get("mlflow.parentRunId") == report for n, r in runs["runs"].items() if n != "report")
     assert runs["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
 
 
-def test_the_metrics_are_those_of_the_output_files(runs: dict, pipeline: Path) -> None:
-    results = pipeline / "results" / "smoke"
+def test_the_metrics_are_those_of_the_output_files(runs: dict, server_smoke_run: Path) -> None:
+    results = server_smoke_run / "results" / "smoke"
     for path in sorted(results.glob("finetune/*/*/*/metrics.json")):
         task, variant, seed = path.parts[-4:-1]
         logged = runs["runs"][f"finetune {task} {variant} seed{seed}"].data.metrics
@@ -100,11 +68,11 @@ def test_the_metrics_are_those_of_the_output_files(runs: dict, pipeline: Path) -
         assert logged["val_perplexity"] == pytest.approx(written["val_perplexity"])
 
 
-def test_every_artifact_is_a_file_of_the_pipeline_byte_for_byte(runs: dict, pipeline: Path,
+def test_every_artifact_is_a_file_of_the_pipeline_byte_for_byte(runs: dict, server_smoke_run: Path,
                                                                tmp_path: Path) -> None:
     import mlflow
 
-    results = pipeline / "results" / "smoke"
+    results = server_smoke_run / "results" / "smoke"
     outputs = {sha256(p) for p in results.rglob("*") if p.is_file()}
     for name, run in runs["runs"].items():
         folder = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / name),
@@ -116,7 +84,7 @@ def test_every_artifact_is_a_file_of_the_pipeline_byte_for_byte(runs: dict, pipe
             assert {p.name for p in files} == {"metrics.json", "predictions.jsonl", "curves.csv"}
 
 
-def test_models_are_logged_and_the_gpt_is_registered_and_loads(runs: dict, pipeline: Path) -> None:
+def test_models_are_logged_and_the_gpt_is_registered_and_loads(runs: dict, server_smoke_run: Path) -> None:
     import mlflow
     import pandas as pd
 
@@ -124,7 +92,7 @@ def test_models_are_logged_and_the_gpt_is_registered_and_loads(runs: dict, pipel
     assert set(models) == {n for n in runs["runs"] if n.startswith(("finetune ", "pretrain "))}
     client = runs["client"]
     (version,) = client.search_model_versions("name = 'gpt1-smoke-gpt'")
-    written = json.loads((pipeline / "results/smoke/pretrain/gpt/metrics.json").read_text())
+    written = json.loads((server_smoke_run / "results/smoke/pretrain/gpt/metrics.json").read_text())
     assert version.run_id == runs["runs"]["pretrain gpt"].info.run_id
     assert float(version.tags["metric.val_perplexity"]) == pytest.approx(written["val_perplexity"])
     mlflow.set_tracking_uri(client.tracking_uri)
@@ -132,8 +100,8 @@ def test_models_are_logged_and_the_gpt_is_registered_and_loads(runs: dict, pipel
     assert scores["tokens"][0] > 0 and scores["perplexity"][0] > 1
 
 
-def test_the_datasets_are_inputs_with_source_and_hash(runs: dict, pipeline: Path) -> None:
-    manifest = json.loads((pipeline / "results/smoke/corpus/raw.manifest.json").read_text())
+def test_the_datasets_are_inputs_with_source_and_hash(runs: dict, server_smoke_run: Path) -> None:
+    manifest = json.loads((server_smoke_run / "results/smoke/corpus/raw.manifest.json").read_text())
     (raw,) = runs["runs"]["fetch"].inputs.dataset_inputs
     assert raw.dataset.name == "corpus/raw.jsonl" and manifest["source"] in raw.dataset.source
     assert {t.key: t.value for t in raw.tags}["gpt1.sha256"] == manifest["sha256"]
@@ -141,10 +109,10 @@ def test_the_datasets_are_inputs_with_source_and_hash(runs: dict, pipeline: Path
     assert {d.dataset.name for d in task_inputs} == {"sst2/train", "sst2/validation"}
 
 
-def test_postgresql_holds_the_runs(server: dict, runs: dict) -> None:
+def test_postgresql_holds_the_runs(mlflow_server: dict, runs: dict) -> None:
     import psycopg2
 
-    with psycopg2.connect(server["backend"]) as connection, connection.cursor() as cursor:
+    with psycopg2.connect(mlflow_server["backend"]) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM runs WHERE experiment_id = %s", (int(runs["experiment"].experiment_id),))
         assert cursor.fetchone()[0] == len(runs["all"])
         cursor.execute("SELECT count(*) FROM model_versions WHERE name = 'gpt1-smoke-gpt'")
@@ -152,10 +120,10 @@ def test_postgresql_holds_the_runs(server: dict, runs: dict) -> None:
     connection.close()
 
 
-def test_down_stops_both_servers(server: dict, runs: dict) -> None:
-    stopped = server_command("down", server["state"])
+def test_down_stops_both_servers(mlflow_server: dict, runs: dict) -> None:
+    stopped = mlflow_server_command("down", mlflow_server["state"])
     assert stopped.returncode == 0, stopped.stderr
-    for port in (int(server["uri"].rsplit(":", 1)[1]), server["pg_port"]):
+    for port in (int(mlflow_server["uri"].rsplit(":", 1)[1]), mlflow_server["pg_port"]):
         with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
-    assert not Path(server["pg_data"]).exists()
+    assert not Path(mlflow_server["pg_data"]).exists()

@@ -7,20 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline_repo import REPO, commit_all, link_venv, run, smoke_checkout, user_env
+from pipeline_repo import REPO, commit_all, link_venv, run, smoke_repo
 
 pytestmark = pytest.mark.slow
-
-
-def smoke_repo(root: Path, env_extra: dict[str, str] | None = None) -> tuple[Path, dict, str]:
-    """A checkout in `root` with params.yaml selecting smoke, after one `snakemake --cores 2` from a user's shell
-    (the virtual environment not activated: the workflow finds its Python itself); `env_extra` (e.g.
-    MLFLOW_TRACKING_URI) is added to that shell's environment."""
-    env = {**user_env(), **(env_extra or {})}
-    # Every task and both variants (each transformation and metric), but one ablation task: CI time.
-    smoke_checkout(root, env, ablation_tasks=["rte"])
-    log = run([sys.executable, "-m", "snakemake", "--cores", "2"], root, env)
-    return root, env, log
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +26,21 @@ def output_digests(root: Path) -> dict[str, str]:
             for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}
 
 
-def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, tmp_path_factory):
+@pytest.fixture(scope="module")
+def second_smoke_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke pipeline run again from nothing, in another folder: the run that tests/test_mlflow_server.py logs to
+    an MLflow server on PostgreSQL where that server can start (one whole pipeline less per test session; that
+    tracking store is another difference the bytes must not see), else one more with the default store."""
+    try:
+        return request.getfixturevalue("server_smoke_run")
+    except pytest.skip.Exception:
+        return smoke_repo(tmp_path_factory.mktemp("again"))[0]
+
+
+def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, second_smoke_run):
     """Bit-for-bit reproducible on CPU: every output file of the whole smoke pipeline, run again from nothing."""
     first = output_digests(smoke_run[0])
-    second = output_digests(smoke_repo(tmp_path_factory.mktemp("again"))[0])
+    second = output_digests(second_smoke_run)
     assert len(first) > 100 and first.keys() == second.keys()
     differing = [name for name in first if first[name] != second[name]]
     assert differing == [], f"{len(differing)} files differ, e.g. {differing[:12]}"
