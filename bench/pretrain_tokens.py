@@ -5,7 +5,9 @@
 
 Each arm fine-tunes the default profile's GPT from one weight snapshot of its pre-training
 (results/default/pretrain/gpt/snapshots, taken at log-spaced updates; the last is the final model), or, arm
-`scratch`, from no pre-training at all, through bench/finetune_ab.py's held-out design: every arm trains on the same
+`scratch`, from no pre-training at all, or, arm `NAME:INDEX`, from a snapshot of another pre-training run of the
+same model named by `--run NAME=FOLDER` (a longer budget, say: its full schedule, not a snapshot midway), through
+bench/finetune_ab.py's held-out design: every arm trains on the same
 seeded subset of the first 80% of the task's training data, from the same seed, and is scored on the same held-out
 rest, never on a split the tables report. The arms of a task run one after another, their order rotated from task
 to task. Printed per task and arm: the pre-training tokens and validation perplexity of the snapshot, the held-out
@@ -32,46 +34,62 @@ PRETRAIN = REPO / "results" / "default" / "pretrain" / "gpt"
 LOG = RESULTS.with_name("pretrain_tokens.jsonl")
 
 
-def snapshot_folder(entry: dict[str, Any], weights: Path, into: Path) -> Path:
-    """A pre-training folder (model.json + model.safetensors) that holds one snapshot, so fine-tuning can start
-    from it: the final model's model.json with the snapshot's step, tokens and weights record."""
+def snapshot_folder(run: Path, entry: dict[str, Any], weights: Path, into: Path) -> Path:
+    """A pre-training folder (model.json + model.safetensors) that holds one snapshot of `run`, so fine-tuning can
+    start from it: the run's final model.json with the snapshot's step, tokens and weights record."""
     from gpt1.checkpoints import MODEL_FILE, MODEL_JSON
     from gpt1.files import read_json
 
-    meta = read_json(PRETRAIN / MODEL_JSON) | {
+    meta = read_json(run / MODEL_JSON) | {
         "step": entry["step"], "tokens": entry["tokens"],
         "weights": {"bytes": entry["bytes"], "sha256": entry["sha256"]}}
-    folder = into / f"snapshot-{entry['index']:02d}"
+    folder = into / f"{run.name}-{len(list(into.iterdir()))}-snapshot-{entry['index']:02d}"
     folder.mkdir()
     (folder / MODEL_JSON).write_text(json.dumps(meta, indent=2))
     (folder / MODEL_FILE).symlink_to(weights.resolve())
     return folder
 
 
-def arms(names: list[str], into: Path) -> dict[str, dict[str, Any]]:
-    """name -> {variant, pretrained folder, tokens, val_perplexity} for `scratch` and snapshot indexes."""
+def arms(names: list[str], runs: dict[str, Path], into: Path) -> dict[str, dict[str, Any]]:
+    """name -> {variant, pretrained folder, tokens, val_perplexity} for `scratch`, snapshot indexes of the default
+    run and `RUN:INDEX` of the runs named by --run."""
     from gpt1.checkpoints import iter_snapshots
 
-    snapshots = {str(entry["index"]): (entry, weights) for entry, weights in iter_snapshots(PRETRAIN)}
     chosen: dict[str, dict[str, Any]] = {}
     for name in names:
         if name == "scratch":
             chosen[name] = {"variant": "scratch", "pretrained": None, "tokens": 0, "val_perplexity": None}
-        elif name in snapshots:
-            entry, weights = snapshots[name]
-            chosen[name] = {"variant": "pretrained", "pretrained": snapshot_folder(entry, weights, into),
-                            "tokens": entry["tokens"], "val_perplexity": math.exp(entry["val_loss"])}
-        else:
+            continue
+        run_name, _, index = name.rpartition(":")
+        if run_name not in runs:
+            raise SystemExit(f"--snapshots: {name!r} names no run: --run {run_name or '?'}=FOLDER is missing")
+        run = runs[run_name]
+        snapshots = {str(entry["index"]): (entry, weights) for entry, weights in iter_snapshots(run)}
+        if index not in snapshots:
             raise SystemExit(f"--snapshots: {name!r} is neither 'scratch' nor a snapshot index of "
-                             f"{PRETRAIN / 'snapshots'} ({', '.join(snapshots)})")
+                             f"{run / 'snapshots'} ({', '.join(snapshots)})")
+        entry, weights = snapshots[index]
+        chosen[name] = {"variant": "pretrained", "pretrained": snapshot_folder(run, entry, weights, into),
+                        "tokens": entry["tokens"], "val_perplexity": math.exp(entry["val_loss"])}
     return chosen
+
+
+def named_runs(pairs: list[str]) -> dict[str, Path]:
+    """'' -> the default profile's run, and NAME -> FOLDER for each --run NAME=FOLDER."""
+    runs = {"": PRETRAIN}
+    for pair in pairs:
+        name, sep, folder = pair.partition("=")
+        if not sep or not name or ":" in name or not (Path(folder) / "snapshots").is_dir():
+            raise SystemExit(f"--run {pair!r}: want NAME=FOLDER, FOLDER a finished pre-training run (with snapshots/)")
+        runs[name] = Path(folder)
+    return runs
 
 
 def measure(chosen: dict[str, dict[str, Any]], tasks: str, seed: int) -> None:
     names = list(chosen)
     final = max((n for n in names if n != "scratch"), key=lambda n: chosen[n]["tokens"], default=None)
     print("| task | arm | pre-training tokens | val ppl | held-out score ± SE | vs scratch (paired p) "
-          "| vs final (paired p) | train s |")
+          "| vs most tokens (paired p) | train s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for turn, item in enumerate(tasks.split(",")):
         task, size = item.split(":")
@@ -106,12 +124,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--snapshots", default="scratch,3,4,5",
                         help="arms: 'scratch' and snapshot indexes of the pre-training run (its snapshots/index.json)")
+    parser.add_argument("--run", action="append", default=[], metavar="NAME=FOLDER",
+                        help="another pre-training run of the same model, whose snapshots arms name as NAME:INDEX")
     parser.add_argument("--tasks", default="sst2:3200,qnli:400,rte:400", help="task:training examples, ...")
     parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed of every arm (subset, order, init)")
     args = parser.parse_args(argv)
-    print(f"{machine()}; pre-training run {PRETRAIN.relative_to(REPO)}, seed {args.seed}")
+    runs = named_runs(args.run)
+    print(f"{machine()}; pre-training run {PRETRAIN.relative_to(REPO)}"
+          + "".join(f", {name}: {folder}" for name, folder in runs.items() if name) + f"; seed {args.seed}")
     with tempfile.TemporaryDirectory() as into:
-        measure(arms(args.snapshots.split(","), Path(into)), args.tasks, args.seed)
+        measure(arms(args.snapshots.split(","), runs, Path(into)), args.tasks, args.seed)
 
 
 if __name__ == "__main__":
