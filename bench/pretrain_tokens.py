@@ -34,16 +34,16 @@ PRETRAIN = REPO / "results" / "default" / "pretrain" / "gpt"
 LOG = RESULTS.with_name("pretrain_tokens.jsonl")
 
 
-def snapshot_folder(run: Path, entry: dict[str, Any], weights: Path, into: Path) -> Path:
-    """A pre-training folder (model.json + model.safetensors) that holds one snapshot of `run`, so fine-tuning can
-    start from it: the run's final model.json with the snapshot's step, tokens and weights record."""
+def snapshot_folder(arm: str, run: Path, entry: dict[str, Any], weights: Path, into: Path) -> Path:
+    """A pre-training folder (model.json + model.safetensors), named after `arm`, that holds one snapshot of `run`,
+    so fine-tuning can start from it: the run's final model.json with the snapshot's step, tokens and weights."""
     from gpt1.checkpoints import MODEL_FILE, MODEL_JSON
     from gpt1.files import read_json
 
     meta = read_json(run / MODEL_JSON) | {
         "step": entry["step"], "tokens": entry["tokens"],
         "weights": {"bytes": entry["bytes"], "sha256": entry["sha256"]}}
-    folder = into / f"{run.name}-{len(list(into.iterdir()))}-snapshot-{entry['index']:02d}"
+    folder = into / arm.replace(":", "-")
     folder.mkdir()
     (folder / MODEL_JSON).write_text(json.dumps(meta, indent=2))
     (folder / MODEL_FILE).symlink_to(weights.resolve())
@@ -69,7 +69,7 @@ def arms(names: list[str], runs: dict[str, Path], into: Path) -> dict[str, dict[
             raise SystemExit(f"--snapshots: {name!r} is neither 'scratch' nor a snapshot index of "
                              f"{run / 'snapshots'} ({', '.join(snapshots)})")
         entry, weights = snapshots[index]
-        chosen[name] = {"variant": "pretrained", "pretrained": snapshot_folder(run, entry, weights, into),
+        chosen[name] = {"variant": "pretrained", "pretrained": snapshot_folder(name, run, entry, weights, into),
                         "tokens": entry["tokens"], "val_perplexity": math.exp(entry["val_loss"])}
     return chosen
 
