@@ -5,10 +5,12 @@
 
 Each point is a fine-tuning job of the default profile's pre-trained GPT through bench/learning_curves.py's held-out
 design: it trains on a seeded subset of the first 80% of the task's training data and is scored on the held-out
-rest, never on a split the tables report. Both arms train on the same examples from the same seed; they run
-interleaved (A B, B A, ...) so that the machine's drift hits them alike. Printed per task: the median training
-seconds of each arm, their ratio, each arm's held-out score ± bootstrap SE (first round), and their difference with
-the p of a paired bootstrap over the held-out examples. Raw points are appended to bench/results/finetune_ab.jsonl.
+rest, never on a split the tables report. `--key transfer_layers` compares two values of the layers stage's k
+(the embeddings and the first k blocks transferred, Figure 2 left) instead of a params key. Both arms train on the
+same examples from the same seed; they run interleaved (A B, B A, ...) so that the machine's drift hits them
+alike. Printed per task: the median training seconds of each arm, their ratio, each arm's held-out score ± bootstrap
+SE (first round), and their difference with the p of a paired bootstrap over the held-out examples. Raw points are
+appended to bench/results/finetune_ab.jsonl.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from learning_curves import RESULTS, holdout_job
 
 
 def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", extra: Sequence[str] = (),
-                  pretrained: Path | None = None) -> dict[str, Any]:
+                  pretrained: Path | None = None, transfer_layers: int | None = None) -> dict[str, Any]:
     """One held-out fine-tuning job (3 epochs, at most 1,000 held-out examples): its time, and its held-out labels
     and predictions."""
     from gpt1.finetuning import finetune_job
     from gpt1.tasks import get_task
 
-    job, report = holdout_job(task, variant, size, 3, 1000, seed, list(extra), pretrained)
+    job, report = holdout_job(task, variant, size, 3, 1000, seed, list(extra), pretrained, transfer_layers)
     started = time.perf_counter()
     result = finetune_job(job)
     lines = [p for p in result.predictions if p["report"] == report]
@@ -41,8 +43,13 @@ def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", 
             "labels": [p["label"] for p in lines], "predictions": [p["prediction"] for p in lines]}
 
 
+TRANSFER_LAYERS = "transfer_layers"  # not a params key: the layers stage's k
+
+
 def run(task: str, size: int, key: str, value: str, seed: int = 0) -> dict[str, Any]:
-    """One held-out fine-tuning job of the pre-trained GPT with `key=value`."""
+    """One held-out fine-tuning job of the pre-trained GPT with `key=value` (or k = value layers transferred)."""
+    if key == TRANSFER_LAYERS:
+        return {"key": key, "value": value} | holdout_point(task, size, seed, transfer_layers=int(value))
     return {"key": key, "value": value} | holdout_point(task, size, seed, extra=[f"{key}={value}"])
 
 
@@ -87,7 +94,9 @@ def ab(key: str, arms: tuple[str, str], tasks: str, rounds: int, log: Path = LOG
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--key", required=True, help="a params key of the profile, e.g. finetune.dropout")
+    parser.add_argument("--key", required=True,
+                        help=f"a params key of the profile, e.g. finetune.dropout, or {TRANSFER_LAYERS} (the layers "
+                             "stage's k)")
     parser.add_argument("--arms", required=True, help="its two values, A,B (as --set would take them)")
     parser.add_argument("--tasks", default="sst2:3200,qnli:400,stsb:400", help="task:training examples, ...")
     parser.add_argument("--rounds", type=int, default=2)

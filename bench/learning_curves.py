@@ -37,11 +37,12 @@ def training_data(task: str) -> tuple[str, float, int]:
 
 
 def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str],
-                pretrained: Path | None = None):
+                pretrained: Path | None = None, transfer_layers: int | None = None):
     """A fine-tuning job trained on `size` examples of the first 80% of the task's training data, evaluated on the
     rest of it instead of the task's reported split (train[0%:80%] and train[80%:100%]; for a declared cut such as
     validation[0%:80%], validation[0%:64%] and validation[64%:80%]); `extra`: params overrides applied last;
-    `pretrained`: the pre-trained folder (default: the default profile's GPT)."""
+    `pretrained`: the pre-trained folder (default: the default profile's GPT); `transfer_layers`: the embeddings and
+    this many blocks transferred, the rest re-initialised (the layers stage's k; None: everything)."""
     from gpt1.config import finetune_settings, load_config
     from gpt1.finetuning import prepare_job
     from gpt1.taskdata import EvalPart, data_source, load_part
@@ -56,7 +57,7 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained or results / "pretrain" / "gpt",
-                      results / "tokenizer")
+                      results / "tokenizer", transfer_layers=transfer_layers)
     rest = Cut(split, held, end, cut_seed)
     part = load_part(spec, "train", "train", rest, holdout, data_source(cfg.data_mirror, False, spec), job.tokenizer,
                      job.model.lm.config.n_ctx)

@@ -7,7 +7,7 @@ number of layers differs per profile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +22,34 @@ from gpt1.files import (
     write_csv,
     write_sealed_json,
 )
-from gpt1.significance import column_test, predictions_by_key, report_se
+from gpt1.significance import Key, Prediction, column_test, predictions_by_key, report_se
 
 # The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
 CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
+CAPS = ("max_train_examples", "max_eval_examples")
 FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "dev_split"]
 
 
-def curve_point(k: int, metrics: dict[str, Any], predictions: Sequence[dict[str, Any]],
-                first: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
+def curve_point(k: int, metrics: dict[str, Any], predictions: Mapping[Key, Prediction],
+                first: Mapping[Key, Prediction] | None) -> dict[str, Any]:
     """One point of the figure: k, train and dev accuracy (fractions), dev's bootstrap standard error over its
     examples, the paired bootstrap p-value of this k against the curve's first (k = 0) on the same examples (None
-    at k = 0), and what dev was. `predictions`: the fine-tuning run's prediction records."""
+    at k = 0), and what dev was. `predictions`, `first`: the fine-tuning runs' predictions by example key."""
     name = CURVE_REPORT[metrics["task"]]
     report = metrics["reports"][name]
-    mine = predictions_by_key(predictions)
     return {"layers": k, "train_accuracy": metrics["train_accuracy"], "dev_accuracy": report["metrics"]["accuracy"],
-            "dev_se": report_se(mine, name, "accuracy"),
-            "p_vs_first": None if first is None else column_test(f"layers {k}", name, "accuracy", [name], {0: mine},
-                                                                 {0: predictions_by_key(first)}).p_value,
+            "dev_se": report_se(predictions, name, "accuracy"),
+            "p_vs_first": None if first is None else column_test(f"layers {k}", name, "accuracy", [name],
+                                                                 {0: predictions}, {0: first}).p_value,
             "dev_split": report["evaluated_on"]}
 
 
-def layer_caps(cfg: Any) -> dict[str, int | None]:
-    """layers.max_train_examples / max_eval_examples: the layer runs (n_layer + 1 fine-tunings) narrow the task's
-    examples to these (an absent or null key keeps finetune's)."""
+def layer_caps(cfg: Any, task: str) -> dict[str, int | None]:
+    """layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them: the layer runs
+    (n_layer + 1 fine-tunings) narrow the task's examples to these (an absent or null cap keeps finetune's)."""
     layers = cfg.section("layers")
-    return {key: layers.get(key) for key in ("max_train_examples", "max_eval_examples")}
+    caps = {key: layers.get(key) for key in CAPS}
+    return caps | (layers.get("by_task") or {}).get(task, {})
 
 
 def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path,
@@ -73,10 +74,11 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
         first = None
         for k in range(n_layer + 1):
             result = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
-                                  examples_dir=examples_dir, **layer_caps(cfg))
+                                  examples_dir=examples_dir, **layer_caps(cfg, task))
             runs[str(k)] = without_timings(result.metrics)
-            points.append(curve_point(k, result.metrics, result.predictions, first))
-            first = result.predictions if first is None else first
+            keyed = predictions_by_key(result.predictions)
+            points.append(curve_point(k, result.metrics, keyed, first))
+            first = keyed if first is None else first
             run.log_metrics({key: points[-1][key] for key in ("train_accuracy", "dev_accuracy", "dev_se")}, step=k)
             print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}"
                   f" ± {points[-1]['dev_se']:.3f}")

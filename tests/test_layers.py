@@ -3,22 +3,41 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpt1.config import load_config
-from gpt1.errors import Gpt1Error
-from gpt1.layers import curve_point, layer_caps, layers_stage
+from gpt1.errors import ConfigError, Gpt1Error
+from gpt1.layers import CAPS, CURVE_REPORT, curve_point, layer_caps, layers_stage
 from gpt1.metrics import bootstrap_se
+from gpt1.significance import predictions_by_key
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_layer_runs_narrow_the_tasks_examples_to_their_own_caps():
-    cfg = load_config(REPO / "params.yaml", "default")
-    assert layer_caps(cfg) == {key: cfg.section("layers")[key] for key in ("max_train_examples", "max_eval_examples")}
+    cfg = load_config(REPO / "params.yaml", "default", ["layers.by_task={}"])
+    assert layer_caps(cfg, "mnli") == {key: cfg.section("layers")[key] for key in CAPS}
     smoke = load_config(REPO / "params.yaml", "smoke")
-    assert layer_caps(smoke) == {"max_train_examples": None, "max_eval_examples": None}  # null keeps finetune's
+    assert layer_caps(smoke, "mnli") == {"max_train_examples": None, "max_eval_examples": None}  # null: finetune's
     evaluated = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"])
-    assert layer_caps(evaluated)["max_eval_examples"] == 123
+    assert layer_caps(evaluated, "race")["max_eval_examples"] == 123
+
+
+def test_a_tasks_own_caps_lie_over_the_shared_ones():
+    cfg = load_config(REPO / "params.yaml", "default", ["layers.max_train_examples=200", "layers.max_eval_examples=400",
+                                                        "layers.by_task={mnli: {max_train_examples: null}}"])
+    assert layer_caps(cfg, "mnli") == {"max_train_examples": None, "max_eval_examples": 400}
+    assert layer_caps(cfg, "race") == {"max_train_examples": 200, "max_eval_examples": 400}
+
+
+def test_by_task_names_only_the_tasks_of_the_analysis():
+    schema = yaml.safe_load((REPO / "gpt1" / "params.schema.yaml").read_text())
+    layers = schema["$defs"]["profile"]["properties"]["layers"]
+    assert set(layers["properties"]["by_task"]["propertyNames"]["enum"]) == set(CURVE_REPORT)
+    with pytest.raises(ConfigError, match=r"layers\.by_task"):
+        load_config(REPO / "params.yaml", "default", ["layers.by_task={sst2: {max_train_examples: 10}}"])
+    with pytest.raises(ConfigError, match=r"layers\.by_task"):
+        load_config(REPO / "params.yaml", "default", ["layers.by_task={mnli: {epochs: 1}}"])
 
 
 def records(report: str, labels: list[int], predictions: list[int]) -> list[dict]:
@@ -31,8 +50,9 @@ def test_curve_point_reads_the_papers_reports_and_tests_against_the_first_point(
                "reports": {"mnli_m": {"metrics": {"accuracy": 0.7}, "evaluated_on": "validation_matched[80%:100%]"},
                            "mnli_mm": {"metrics": {"accuracy": 0.6}, "evaluated_on": "validation_mismatched"}}}
     labels = [0, 1, 2] * 20
-    first = records("mnli_m", labels, [0] * 60) + records("mnli_mm", labels, labels)  # mnli_m 1/3
-    good = records("mnli_m", labels, labels[:42] + [0] * 18) + records("mnli_mm", labels, [0] * 60)  # mnli_m 0.8
+    first = predictions_by_key(records("mnli_m", labels, [0] * 60) + records("mnli_mm", labels, labels))  # mnli_m 1/3
+    good = predictions_by_key(records("mnli_m", labels, labels[:42] + [0] * 18)  # mnli_m 0.8
+                              + records("mnli_mm", labels, [0] * 60))
     start = curve_point(0, metrics, first, None)
     assert start == {"layers": 0, "train_accuracy": 0.9, "dev_accuracy": 0.7,
                      "dev_se": bootstrap_se("accuracy", labels, [0] * 60, n=1000, seed=0), "p_vs_first": None,

@@ -309,7 +309,8 @@ def read_csv_rows(path: Path, fields: Mapping[str, str]) -> list[dict[str, Any]]
             header = reader.fieldnames or []
             missing = [name for name in fields if name not in header]
             if missing:
-                raise ReportError(f"{path}: column {missing[0]!r} is missing (header: {', '.join(header) or 'none'})")
+                raise ReportError(f"{path}: column {missing[0]!r} is missing (header: {', '.join(header) or 'none'});"
+                                  " re-run the stage that wrote the file")
             return [
                 {name: _parse(row.get(name), kind, path, number, name) for name, kind in fields.items()}
                 for number, row in enumerate(reader, 2)  # row 1 is the header

@@ -18,7 +18,6 @@ from gpt1.report.figures import (
     ZEROSHOT_TASKS,
     layer_means,
     save_figure,
-    zeroshot_points,
 )
 from gpt1.report.inputs import Analyses, Finetuned, Gap, ReportPlan, collect_analyses, collect_finetune, gap_notes
 from gpt1.report.renderers import RENDERERS
@@ -65,11 +64,11 @@ def analysis_summary(analyses: Analyses) -> dict[str, float]:
                 summary[f"figure2_left.{task}.p_vs_first"] = _rounded(last["p_vs_first"])
     for model, rows in analyses.zeroshot.items():
         for task in ZEROSHOT_TASKS:
-            points = zeroshot_points(rows, task)
-            if points:
-                summary[f"figure2_right.{model}.{task}.normalised"] = _rounded(points[-1][1])
-                summary[f"figure2_right.{model}.{task}.normalised_se"] = _rounded(points[-1][2])
-                last = max((r for r in rows if r["task"] == task), key=lambda row: row["step"])
+            task_rows = [r for r in rows if r["task"] == task]
+            if task_rows:
+                last = max(task_rows, key=lambda row: row["step"])
+                summary[f"figure2_right.{model}.{task}.normalised"] = _rounded(last["normalised"])
+                summary[f"figure2_right.{model}.{task}.normalised_se"] = _rounded(last["normalised_se"])
                 if last["p_vs_first"] is not None:
                     summary[f"figure2_right.{model}.{task}.p_vs_first"] = _rounded(last["p_vs_first"])
     for model, rows in analyses.curves.items():
