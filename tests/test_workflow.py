@@ -28,13 +28,17 @@ def output_digests(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def second_smoke_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The smoke pipeline run again from nothing, in another folder: the run that tests/test_mlflow_server.py logs to
-    an MLflow server on PostgreSQL where that server can start (one whole pipeline less per test session; that
-    tracking store is another difference the bytes must not see), else one more with the default store."""
-    try:
-        return request.getfixturevalue("server_smoke_run")
-    except pytest.skip.Exception:
-        return smoke_repo(tmp_path_factory.mktemp("again"))[0]
+    """The smoke pipeline run again from nothing, in another folder: when the session runs the tests marked
+    `postgres` (so their server starts anyway), the run tests/test_mlflow_server.py logs to that MLflow server on
+    PostgreSQL (one whole pipeline less per session; that tracking store is another difference the bytes must not
+    see); else, or where the server cannot start, one more run with the default store. So `-m "not postgres"` starts
+    no PostgreSQL."""
+    if any(item.get_closest_marker("postgres") for item in request.session.items):
+        try:
+            return request.getfixturevalue("server_smoke_run")
+        except pytest.skip.Exception:
+            pass
+    return smoke_repo(tmp_path_factory.mktemp("again"))[0]
 
 
 def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, second_smoke_run):
