@@ -27,20 +27,23 @@ from gpt1.significance import Key, Prediction, column_test, predictions_by_key, 
 # The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
 CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
 CAPS = ("max_train_examples", "max_eval_examples")
-FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "dev_split"]
+FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "train_examples", "dev_examples",
+          "dev_split"]
 
 
 def curve_point(k: int, metrics: dict[str, Any], predictions: Mapping[Key, Prediction],
                 first: Mapping[Key, Prediction] | None) -> dict[str, Any]:
     """One point of the figure: k, train and dev accuracy (fractions), dev's bootstrap standard error over its
     examples, the paired bootstrap p-value of this k against the curve's first (k = 0) on the same examples (None
-    at k = 0), and what dev was. `predictions`, `first`: the fine-tuning runs' predictions by example key."""
+    at k = 0), how many examples it trained on and was scored on, and what dev was. `predictions`, `first`: the
+    fine-tuning runs' predictions by example key."""
     name = CURVE_REPORT[metrics["task"]]
     report = metrics["reports"][name]
     return {"layers": k, "train_accuracy": metrics["train_accuracy"], "dev_accuracy": report["metrics"]["accuracy"],
             "dev_se": report_se(predictions, name, "accuracy"),
             "p_vs_first": None if first is None else column_test(f"layers {k}", name, "accuracy", [name],
                                                                  {0: predictions}, {0: first}).p_value,
+            "train_examples": metrics["train"]["examples"], "dev_examples": report["counts"]["eval"],
             "dev_split": report["evaluated_on"]}
 
 

@@ -46,9 +46,11 @@ def records(report: str, labels: list[int], predictions: list[int]) -> list[dict
 
 
 def test_curve_point_reads_the_papers_reports_and_tests_against_the_first_point():
-    metrics = {"task": "mnli", "train_accuracy": 0.9,
-               "reports": {"mnli_m": {"metrics": {"accuracy": 0.7}, "evaluated_on": "validation_matched[80%:100%]"},
-                           "mnli_mm": {"metrics": {"accuracy": 0.6}, "evaluated_on": "validation_mismatched"}}}
+    metrics = {"task": "mnli", "train_accuracy": 0.9, "train": {"examples": 1600},
+               "reports": {"mnli_m": {"metrics": {"accuracy": 0.7}, "evaluated_on": "validation_matched[80%:100%]",
+                                      "counts": {"train": 1600, "eval": 60}},
+                           "mnli_mm": {"metrics": {"accuracy": 0.6}, "evaluated_on": "validation_mismatched",
+                                       "counts": {"train": 1600, "eval": 60}}}}
     labels = [0, 1, 2] * 20
     first = predictions_by_key(records("mnli_m", labels, [0] * 60) + records("mnli_mm", labels, labels))  # mnli_m 1/3
     good = predictions_by_key(records("mnli_m", labels, labels[:42] + [0] * 18)  # mnli_m 0.8
@@ -56,7 +58,7 @@ def test_curve_point_reads_the_papers_reports_and_tests_against_the_first_point(
     start = curve_point(0, metrics, first, None)
     assert start == {"layers": 0, "train_accuracy": 0.9, "dev_accuracy": 0.7,
                      "dev_se": bootstrap_se("accuracy", labels, [0] * 60, n=1000, seed=0), "p_vs_first": None,
-                     "dev_split": "validation_matched[80%:100%]"}
+                     "train_examples": 1600, "dev_examples": 60, "dev_split": "validation_matched[80%:100%]"}
     point = curve_point(3, metrics, good, first)
     assert 0.03 < point["dev_se"] < 0.07  # sqrt(0.8 * 0.2 / 60) = 0.052, the curve's report (mnli_m) only
     assert point["p_vs_first"] < 0.01  # 1/3 -> 0.8 on the same 60 examples

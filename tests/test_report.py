@@ -19,6 +19,7 @@ from conftest import PARAMS
 from gpt1.config import Config, load_config
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_sealed_json, write_sealed_json
+from gpt1.layers import FIELDS as LAYER_FIELDS
 from gpt1.metrics import glue_average
 from gpt1.report import (
     CURATED_METRICS,
@@ -133,9 +134,8 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
                 dev += rng.normal(0, 0.006)
                 rows.append({"layers": k, "train_accuracy": min(dev + 0.08 + 0.004 * k, 1.0), "dev_accuracy": dev,
                              "dev_se": 0.02 + 0.001 * seed, "p_vs_first": None if k == 0 else 0.5 / k,
-                             "dev_split": split})
-            write_csv(results / "analyses" / "layers" / task / str(seed) / "layers.csv",
-                      ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "dev_split"], rows,
+                             "train_examples": 1600, "dev_examples": 1500, "dev_split": split})
+            write_csv(results / "analyses" / "layers" / task / str(seed) / "layers.csv", LAYER_FIELDS, rows,
                       "layers.json")
     steps = [1, 4, 16, 64, 256, 1024, 1500]
     for model, scale in (("gpt", 1.0), ("lstm", 0.55)):

@@ -109,7 +109,7 @@ def figure2_left(analyses: Analyses) -> Any:
         axis.legend(fontsize=8, frameon=False)
         seeds = sorted({len(s) for s in analyses.layers.values()})
         axis.set_title(
-            f"dev: {_dev_splits(analyses)}; mean of {'/'.join(map(str, seeds))} seed(s); bars: dev ± 1 SE",
+            f"{_layer_data(analyses)}\nmean of {'/'.join(map(str, seeds))} seed(s); bars: dev ± 1 SE",
             fontsize=7, color="0.35",
         )
     axis.set_xlabel("# of layers transferred")
@@ -120,12 +120,16 @@ def figure2_left(analyses: Analyses) -> Any:
     return figure
 
 
-def _dev_splits(analyses: Analyses) -> str:
-    splits = {
-        task: sorted({r["dev_split"] for rows in seeds.values() for r in rows})
-        for task, seeds in analyses.layers.items()
-    }
-    return "; ".join(f"{LAYER_TASKS.get(t, t)} {', '.join(s)}" for t, s in splits.items() if s)
+def _layer_data(analyses: Analyses) -> str:
+    """What each curve trained on and was scored on: 'MultiNLI: train 1600, dev 1500 of <split>; RACE: ...'."""
+    def values(rows: dict[int, list[dict[str, Any]]], key: str) -> str:
+        return "/".join(str(v) for v in sorted({r[key] for seed_rows in rows.values() for r in seed_rows}))
+
+    return "; ".join(
+        f"{LAYER_TASKS.get(task, task)}: train {values(seeds, 'train_examples')}, dev {values(seeds, 'dev_examples')} "
+        f"of {values(seeds, 'dev_split')}"
+        for task, seeds in analyses.layers.items() if any(seeds.values())
+    )
 
 
 def figure2_right(analyses: Analyses) -> Any:

@@ -32,6 +32,8 @@ LAYER_FIELDS = {
     "dev_accuracy": "number",
     "dev_se": "number",
     "p_vs_first": "number|empty",
+    "train_examples": "int",
+    "dev_examples": "int",
     "dev_split": "str",
 }
 ZEROSHOT_FIELDS = {
