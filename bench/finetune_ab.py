@@ -26,6 +26,8 @@ from typing import Any
 from common import machine
 from learning_curves import RESULTS, holdout_job
 
+TRANSFER_LAYERS = "transfer_layers"  # not a params key: the layers stage's k
+
 
 def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", extra: Sequence[str] = (),
                   pretrained: Path | None = None, transfer_layers: int | None = None) -> dict[str, Any]:
@@ -41,9 +43,6 @@ def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", 
     return {"task": task, "train_examples": size, "seed": seed, "metric": get_task(task).paper_metric,
             "train_seconds": result.metrics["train_seconds"], "job_seconds": time.perf_counter() - started,
             "labels": [p["label"] for p in lines], "predictions": [p["prediction"] for p in lines]}
-
-
-TRANSFER_LAYERS = "transfer_layers"  # not a params key: the layers stage's k
 
 
 def run(task: str, size: int, key: str, value: str, seed: int = 0) -> dict[str, Any]:
@@ -97,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--key", required=True,
                         help=f"a params key of the profile, e.g. finetune.dropout, or {TRANSFER_LAYERS} (the layers "
                              "stage's k)")
-    parser.add_argument("--arms", required=True, help="its two values, A,B (as --set would take them)")
+    parser.add_argument("--arms", required=True,
+                        help=f"its two values, A,B (as --set would take them; for {TRANSFER_LAYERS}, two k)")
     parser.add_argument("--tasks", default="sst2:3200,qnli:400,stsb:400", help="task:training examples, ...")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed of both arms (subset, order, init)")

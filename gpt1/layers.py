@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1 import layout
-from gpt1.errors import Gpt1Error
+from gpt1.errors import ConfigError, Gpt1Error
 from gpt1.files import (
     file_record,
     read_json,
@@ -48,11 +48,23 @@ def curve_point(k: int, metrics: dict[str, Any], predictions: Mapping[Key, Predi
 
 
 def layer_caps(cfg: Any, task: str) -> dict[str, int | None]:
-    """layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them: the layer runs
-    (n_layer + 1 fine-tunings) narrow the task's examples to these (an absent or null cap keeps finetune's)."""
-    layers = cfg.section("layers")
-    caps = {key: layers.get(key) for key in CAPS}
-    return caps | (layers.get("by_task") or {}).get(task, {})
+    """The caps the layer runs (n_layer + 1 fine-tunings) narrow the task's fine-tuning examples to:
+    layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them (a key absent there
+    keeps the shared cap; null anywhere keeps finetune's). A cap can only narrow: one above what finetune keeps for
+    the task is an error, not a silent no-op."""
+    from gpt1.taskdata import finetune_task, train_cap
+
+    layers, finetune = cfg.section("layers"), cfg.section("finetune")
+    own = (layers.get("by_task") or {}).get(task, {})
+    caps = {key: layers.get(key) for key in CAPS} | own
+    kept = {"max_train_examples": train_cap(finetune_task(task), finetune),
+            "max_eval_examples": finetune["max_eval_examples"]}
+    for key, cap in caps.items():
+        if cap is not None and kept[key] is not None and cap > kept[key]:
+            where = f"layers.by_task.{task}.{key}" if key in own else f"layers.{key}"
+            raise ConfigError(f"{where}: {cap} is more than the {kept[key]} examples finetune keeps for {task} "
+                              f"(finetune's caps); a layer cap can only narrow them: lower it, or raise finetune's")
+    return caps
 
 
 def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path,
@@ -68,6 +80,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     require_files("pretrain", Path(pretrained_dir) / layout.MODEL_JSON)
     n_layer = read_json(Path(pretrained_dir) / layout.MODEL_JSON)["config"]["n_layer"]
     runs, points = {}, []
+    caps = layer_caps(cfg, task)  # a bad cap fails here, before any fine-tuning
     settings = finetune_settings(cfg)
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
               "layers": cfg.section("layers")}
@@ -77,7 +90,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
         first = None
         for k in range(n_layer + 1):
             result = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
-                                  examples_dir=examples_dir, **layer_caps(cfg, task))
+                                  examples_dir=examples_dir, **caps)
             runs[str(k)] = without_timings(result.metrics)
             keyed = predictions_by_key(result.predictions)
             points.append(curve_point(k, result.metrics, keyed, first))

@@ -1,9 +1,11 @@
 """Layers transferred (Figure 2 left): the curve points and the layer-transfer recipe."""
 
+import csv
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny_config
 
 from gpt1.config import load_config
 from gpt1.errors import ConfigError, Gpt1Error
@@ -28,6 +30,16 @@ def test_a_tasks_own_caps_lie_over_the_shared_ones():
                                                         "layers.by_task={mnli: {max_train_examples: null}}"])
     assert layer_caps(cfg, "mnli") == {"max_train_examples": None, "max_eval_examples": 400}
     assert layer_caps(cfg, "race") == {"max_train_examples": 200, "max_eval_examples": 400}
+
+
+def test_a_cap_above_what_finetune_keeps_is_an_error_naming_the_setting():
+    race_above = load_config(REPO / "params.yaml", "default", ["layers.by_task={race: {max_train_examples: 1600}}"])
+    with pytest.raises(ConfigError, match=r"layers\.by_task\.race\.max_train_examples: 1600 is more than the 200 "):
+        layer_caps(race_above, "race")
+    shared_above = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=5000"])
+    with pytest.raises(ConfigError, match=r"^layers\.max_eval_examples: 5000 is more than the 1500 .*finetune.s$"):
+        layer_caps(shared_above, "race")
+    assert layer_caps(shared_above, "mnli")["max_eval_examples"] is None  # MNLI's own null: finetune's 1500
 
 
 def test_by_task_names_only_the_tasks_of_the_analysis():
@@ -70,3 +82,14 @@ def test_only_the_papers_two_tasks(tmp_path):
     with pytest.raises(Gpt1Error, match="covers mnli, race"):
         layers_stage(cfg, "sst2", 0, tmp_path, tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_each_run_trains_and_scores_on_the_tasks_own_caps(tmp_path, trained_gpt, tiny_data, mlflow_env):
+    cfg = tiny_config("finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",
+                      "finetune.eval_batch_size=16", "finetune.epochs=1", "layers.max_train_examples=12",
+                      "layers.by_task={mnli: {max_train_examples: 10, max_eval_examples: 6}}")
+    points = layers_stage(cfg, "mnli", 0, trained_gpt, tiny_data.tokenizer, tmp_path / "out")
+    assert [p["layers"] for p in points] == [0, 1]  # the tiny model's one block
+    assert {(p["train_examples"], p["dev_examples"]) for p in points} == {(10, 6)}
+    with open(tmp_path / "out" / "layers.csv") as handle:
+        assert {(row["train_examples"], row["dev_examples"]) for row in csv.DictReader(handle)} == {("10", "6")}

@@ -389,7 +389,7 @@ def test_invalid_json_and_csv_fail_naming_the_file(tmp_path: Path) -> None:
     curves = results / "pretrain" / "gpt" / "curves.csv"
     write_csv(curves, ["step", "tokens"], [{"step": 1, "tokens": 2}], "metrics.json")
     layers.unlink()
-    with pytest.raises(ReportError, match=f"{curves}: column 'train_loss' is missing"):
+    with pytest.raises(ReportError, match=f"{curves}: column 'train_loss' is missing .*; re-run the stage"):
         render_report(config(), results, tmp_path / "out")
 
 
@@ -477,6 +477,16 @@ def test_figure2_summary_carries_the_last_points_standard_error_and_its_test_aga
     dev = [read_rows(results, seed)[-1]["dev_accuracy"] for seed in (0, 1)]
     assert two["figure2_left.mnli.dev_se"] == pytest.approx(100 * abs(dev[0] - dev[1]) / 2, abs=1e-4)  # sd / sqrt(2)
     assert "figure2_left.mnli.p_vs_first" not in two  # a test over several seeds would pool them; not made here
+
+
+def test_figure2_left_names_what_each_curve_trained_on_and_was_scored_on(tmp_path: Path) -> None:
+    from gpt1.report.figures import figure2_left
+
+    write_analyses(tmp_path, (0,))
+    analyses = build_report(ReportPlan.from_config(config(seeds=[0])), tmp_path).analyses
+    title = figure2_left(analyses).axes[0].get_title()
+    assert title.splitlines() == ["MultiNLI: train 1600, dev 1500 of validation_matched; "
+                                  "RACE: train 1600, dev 1500 of validation", "mean of 1 seed(s); bars: dev ± 1 SE"]
 
 
 def _summary_of(cfg: Config, results: Path, out: Path) -> str:
