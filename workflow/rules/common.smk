@@ -43,8 +43,9 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != PYTHON_BIN:
 
 
 # Cores per job (Snakemake hands a job's threads on as OMP_NUM_THREADS). The fine-tuning fan-out and the analyses
-# are many small jobs: one core each runs them side by side, 1.2-1.3x the work of one job at a time on every core
-# (bench/job_threads.py). The pre-trained models share the cores. Change with --set-threads RULE=N.
+# are many small jobs: one core each runs them side by side, 1.47x the work of one job at a time on every core
+# for fine-tuning, 1.23x for pre-training (bench/job_threads.py). The pre-trained models share the cores. Change
+# with --set-threads RULE=N.
 CORES = workflow.cores or 1
 FANOUT_THREADS = 1
 PRETRAIN_THREADS = max(1, CORES // len(config["pretrain_models"]))
