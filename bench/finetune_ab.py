@@ -6,11 +6,12 @@
 Each point is a fine-tuning job of the default profile's pre-trained GPT through bench/learning_curves.py's held-out
 design: it trains on a seeded subset of the first 80% of the task's training data and is scored on the held-out
 rest, never on a split the tables report. `--key transfer_layers` compares two values of the layers stage's k
-(the embeddings and the first k blocks transferred, Figure 2 left) instead of a params key. Both arms train on the
-same examples from the same seed; they run interleaved (A B, B A, ...) so that the machine's drift hits them
-alike. Printed per task: the median training seconds of each arm, their ratio, each arm's held-out score ± bootstrap
-SE (first round), and their difference with the p of a paired bootstrap over the held-out examples. Raw points are
-appended to bench/results/finetune_ab.jsonl.
+(the embeddings and the first k blocks transferred, Figure 2 left) instead of a params key; `--key train_examples`
+two training sizes (seeded subsets of the same training part; the size in --tasks is then ignored). Otherwise both
+arms train on the same examples from the same seed. They run interleaved (A B, B A, ...) so that the machine's
+drift hits them alike. Printed per task: the median training seconds of each arm, their ratio, each arm's
+held-out score ± bootstrap SE (first round), and their difference with the p of a paired bootstrap over the
+held-out examples. Raw points are appended to bench/results/finetune_ab.jsonl.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from common import machine
 from learning_curves import RESULTS, holdout_job
 
 TRANSFER_LAYERS = "transfer_layers"  # not a params key: the layers stage's k
+TRAIN_EXAMPLES = "train_examples"  # not a params key either: the training subset's size
 
 
 def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", extra: Sequence[str] = (),
@@ -49,6 +51,8 @@ def run(task: str, size: int, key: str, value: str, seed: int = 0) -> dict[str, 
     """One held-out fine-tuning job of the pre-trained GPT with `key=value` (or k = value layers transferred)."""
     if key == TRANSFER_LAYERS:
         return {"key": key, "value": value} | holdout_point(task, size, seed, transfer_layers=int(value))
+    if key == TRAIN_EXAMPLES:
+        return {"key": key, "value": value} | holdout_point(task, int(value), seed)
     return {"key": key, "value": value} | holdout_point(task, size, seed, extra=[f"{key}={value}"])
 
 
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--key", required=True,
                         help=f"a params key of the profile, e.g. finetune.dropout, or {TRANSFER_LAYERS} (the layers "
-                             "stage's k)")
+                             f"stage's k), or {TRAIN_EXAMPLES} (two training sizes)")
     parser.add_argument("--arms", required=True,
                         help=f"its two values, A,B (as --set would take them; for {TRANSFER_LAYERS}, two k)")
     parser.add_argument("--tasks", default="sst2:3200,qnli:400,stsb:400", help="task:training examples, ...")
