@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"a params key of the profile, e.g. finetune.dropout, or {TRANSFER_LAYERS} (the layers "
                              f"stage's k), or {TRAIN_EXAMPLES} (two training sizes)")
     parser.add_argument("--arms", required=True,
-                        help=f"its two values, A,B (as --set would take them; for {TRANSFER_LAYERS}, two k)")
+                        help=f"its two values, A,B (as --set would take them; for {TRANSFER_LAYERS}, two k; for "
+                             f"{TRAIN_EXAMPLES}, two sizes)")
     parser.add_argument("--tasks", default="sst2:3200,qnli:400,stsb:400", help="task:training examples, ...")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed of both arms (subset, order, init)")
