@@ -52,6 +52,12 @@ def config(**lists: Any) -> Config:
     return dataclasses.replace(cfg, root={**cfg.root, **lists})
 
 
+FAKE_RECIPE = {"lr": 2e-4, "batch_size": 16, "epochs": 3, "warmup_fraction": 0.02, "lm_weight": 0.5,
+               "weight_decay": 0.01}
+FAKE_SHAPES = {"gpt": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab_size": 8197},
+               "lstm": {"n_embd": 256, "hidden_size": 512, "n_ctx": 128, "vocab_size": 8197}}
+
+
 def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str, float]] | None = None,
                  cut: Cut | None = None, default: float = 0.5) -> dict[str, Any]:
     """A metrics.json as gpt1.finetuning.build_metrics writes it; `values` {report: {metric: fraction}}."""
@@ -80,9 +86,11 @@ def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str,
                   "description": f"{cut or 'train'}, 800 of 1000 rows (fake)"},
         "train_metrics": {"accuracy": 0.9}, "train_metrics_examples": 800, "train_accuracy": 0.9,
         "selection": None, "epochs": 3, "updates": 150, "warmup_updates": 3,
-        "lm_weight": 0.0 if variant == "no_aux" else 0.5, "recipe": {}, "final_loss": 0.3, "tokens": 10_000,
+        "lm_weight": 0.0 if variant == "no_aux" else 0.5, "recipe": dict(FAKE_RECIPE), "final_loss": 0.3,
+        "tokens": 10_000,
         "train_seconds": 1.0, "tokens_per_second": 10_000.0, "wall_seconds": 2.0,
-        "model": {"kind": "lstm" if variant == "lstm" else "gpt", "init": "checkpoint", "config": {},
+        "model": {"kind": "lstm" if variant == "lstm" else "gpt", "init": "checkpoint",
+                  "config": dict(FAKE_SHAPES["lstm" if variant == "lstm" else "gpt"]),
                   "source": "fake", "pretrain_step": 1500, "pretrain_tokens": 6_000_000, "parameters": 1000},
         "transfer": None, "tokenizer": {"source": "fake", "sha256": "0" * 64, "n_ctx": 128},
         "data": {"source": "fake", "data_seed": 0},
@@ -235,6 +243,41 @@ def test_cells_show_mean_se_paper_and_difference_over_two_seeds(tmp_path: Path) 
     assert (table5["value"], table5["paper"], table5["diff"]) == ("79.8", "81.8", "-2.0")
     markdown = (out / "tables" / "table2.md").read_text()
     assert "81.0 ± 1.0 (paper 82.1, Δ -1.1) [" in markdown
+
+
+def test_notes_name_the_training_subset_and_our_setup_beside_the_papers(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_metrics(results, "rte", "pretrained", 0)  # 800 of 1000 rows: a seeded subset
+    write_metrics(results, "sst2", "lstm", 0)
+    whole = metrics_json("sst2", "pretrained", 0)
+    whole["train"]["capped"] = 0  # every training example: no subset to name
+    path = results / "finetune" / "sst2" / "pretrained" / "0" / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_sealed_json(path, whole)
+    render_report(config(), results, out)
+    subset = ("rte: fine-tuned on 800 of its 1,000 training examples, a seeded subset (params.yaml "
+              "finetune.max_train_examples, finetune.train_examples_by_task); the paper trains on all of them")
+    assert subset in cells(out, "table2")[("ours (pretrained)", "rte")]["notes"]
+    assert "seeded subset" not in cells(out, "table4")[("ours (pretrained)", "sst2")]["notes"]
+    setup = ("Our model and recipe (params.yaml) beside the paper's: 4 layers, 256 wide, 4 heads, a "
+             "128-token context, pre-trained on 6,000,000 tokens (the paper: 12 layers, 768 wide, 12 heads, 512 "
+             "tokens, 100 epochs of BooksCorpus (over 7,000 books) in minibatches of 64 × 512 tokens); fine-tuned "
+             "3 epochs, lr 0.0002, batch 16, warm-up 2.0% of the updates, λ 0.5 (the paper: 3 epochs, lr 6.25e-05, "
+             "batch 32, warm-up 0.2% of the updates, λ 0.5); the LSTM: one LSTM layer of 512 units on 256-wide "
+             "embeddings.")
+    for table in ("table2", "table4", "table5"):
+        assert setup in (out / "tables" / f"{table}.md").read_text()
+
+
+def test_a_run_without_its_recipe_is_refused_naming_the_key(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    broken = metrics_json("rte", "pretrained", 0)
+    del broken["recipe"]["lr"]
+    path = results / "finetune" / "rte" / "pretrained" / "0" / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_sealed_json(path, broken)
+    with pytest.raises(ReportError, match=r"metrics\.json: key 'recipe\.lr' is missing"):
+        render_report(config(), results, tmp_path / "out")
 
 
 def test_footnotes_name_the_split_the_cut_and_the_glue_server(tmp_path: Path) -> None:

@@ -179,6 +179,16 @@ class Score:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """What a run was: its model's shape, its pre-training tokens and its fine-tuning recipe (metrics.json)."""
+
+    kind: str  # gpt | lstm
+    shape: dict[str, int]  # SHAPE_KEYS of its model config
+    pretrain_tokens: int | None  # None: not recorded (the released model)
+    recipe: dict[str, float]  # RECIPE_KEYS of its fine-tuning recipe
+
+
+@dataclass(frozen=True)
 class Run:
     """The parts of one finetune metrics.json the tables use."""
 
@@ -188,6 +198,8 @@ class Run:
     seed: int
     scores: dict[str, Score]
     cut: str | None  # the training cut's description, e.g. "validation[0%:80%] (shuffled, seed 0)"
+    subset: tuple[int, int] | None = None  # a capped training set: (examples trained on, training rows read)
+    setup: Setup | None = None  # the model and recipe the run used
 
 
 def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:
@@ -212,6 +224,33 @@ def _train_cut(data: dict[str, Any], path: Path) -> str | None:
     return None if cut is None else checked_field(cut, "description", "str", path, "train.cut")
 
 
+def _subset(data: dict[str, Any], path: Path) -> tuple[int, int] | None:
+    train = checked_field(data, "train", "object", path)
+    if not checked_field(train, "capped", "int", path, "train"):
+        return None
+    examples = checked_field(train, "examples", "int", path, "train")
+    return examples, checked_field(train, "rows_read", "int", path, "train")
+
+
+SHAPE_KEYS = {"gpt": ("n_layer", "n_embd", "n_head", "n_ctx"), "lstm": ("n_embd", "hidden_size", "n_ctx")}
+RECIPE_KEYS = ("lr", "batch_size", "epochs", "warmup_fraction", "lm_weight")
+
+
+def _setup(data: dict[str, Any], path: Path) -> Setup:
+    model = checked_field(data, "model", "object", path)
+    kind = checked_field(model, "kind", "str", path, "model")
+    if kind not in SHAPE_KEYS:
+        raise ReportError(f"{path}: key 'model.kind' is {kind!r}, expected one of {', '.join(SHAPE_KEYS)}")
+    config = checked_field(model, "config", "object", path, "model")
+    recipe = checked_field(data, "recipe", "object", path)
+    return Setup(
+        kind,
+        {k: checked_field(config, k, "int", path, "model.config") for k in SHAPE_KEYS[kind]},
+        checked_field(model, "pretrain_tokens", "int|null", path, "model"),
+        {k: checked_field(recipe, k, "number", path, "recipe") for k in RECIPE_KEYS},
+    )
+
+
 def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run:
     """Validate one finetune metrics.json (gpt1.finetuning.build_metrics) and keep what the tables need."""
     data = read_sealed_json(path, "finetune", ReportError)
@@ -229,7 +268,7 @@ def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run
                 f"{', '.join(r.name for r in spec.reports)}"
             )
         scores[report.name] = _score(reports[report.name], report.name, spec.metrics, path)
-    return Run(path, task, variant, seed, scores, _train_cut(data, path))
+    return Run(path, task, variant, seed, scores, _train_cut(data, path), _subset(data, path), _setup(data, path))
 
 
 @dataclass

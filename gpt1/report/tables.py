@@ -62,6 +62,10 @@ def load_paper(path: Path = PAPER_FILE) -> dict[str, Any]:
             checked_field(row, "method", "str", path, f"tables.{name}.rows[{i}]")
             checked_field(row, "values", "object", path, f"tables.{name}.rows[{i}]")
     checked_field(data, "splits", "object", path)
+    setup = checked_field(data, "setup", "object", path)
+    for key in ("shape", "recipe"):
+        checked_field(setup, key, "object", path, "setup")
+    checked_field(setup, "pretraining", "str", path, "setup")
     return data
 
 
@@ -230,13 +234,49 @@ def cut_notes(runs: Mapping[int, Run]) -> list[str]:
     ]
 
 
+def subset_notes(runs: Mapping[int, Run]) -> list[str]:
+    """The training examples of a task that trained on a seeded subset (the paper trains on all of them)."""
+    subsets = sorted({(r.task, r.subset) for r in runs.values() if r.subset})
+    return [f"{task}: fine-tuned on {examples:,} of its {rows:,} training examples, a seeded subset (params.yaml "
+            f"finetune.max_train_examples, finetune.train_examples_by_task); the paper trains on all of them"
+            for task, (examples, rows) in subsets]
+
+
+def _shape(shape: Mapping[str, int]) -> str:
+    if "hidden_size" in shape:
+        return f"one LSTM layer of {shape['hidden_size']} units on {shape['n_embd']}-wide embeddings"
+    return f"{shape['n_layer']} layers, {shape['n_embd']} wide, {shape['n_head']} heads"
+
+
+def _recipe(recipe: Mapping[str, float]) -> str:
+    return (f"{recipe['epochs']:g} epochs, lr {recipe['lr']:g}, batch {recipe['batch_size']:g}, warm-up "
+            f"{recipe['warmup_fraction']:.1%} of the updates, λ {recipe['lm_weight']:g}")
+
+
+def setup_note(finetuned: Finetuned, paper: Mapping[str, Any]) -> list[str]:
+    """Our model and recipe beside the paper's, from the runs themselves (those of the pre-trained GPT and, if
+    any, the LSTM); none when no such run is there."""
+    ours = {r.setup.kind: r.setup for (_, variant), runs in finetuned.runs.items() for r in runs.values()
+            if variant in (FULL_VARIANT, "lstm") and r.setup is not None}
+    gpt = ours.get("gpt")
+    if gpt is None:
+        return []
+    theirs = paper["setup"]
+    tokens = "its tokens not recorded" if gpt.pretrain_tokens is None else f"{gpt.pretrain_tokens:,} tokens"
+    lstm = f"; the LSTM: {_shape(ours['lstm'].shape)}" if "lstm" in ours else ""
+    return [f"Our model and recipe (params.yaml) beside the paper's: {_shape(gpt.shape)}, a "
+            f"{gpt.shape['n_ctx']}-token context, pre-trained on {tokens} (the paper: {_shape(theirs['shape'])}, "
+            f"{theirs['shape']['n_ctx']} tokens, {theirs['pretraining']}); fine-tuned {_recipe(gpt.recipe)} "
+            f"(the paper: {_recipe(theirs['recipe'])}){lstm}."]
+
+
 def task_cell(
     column: Column, variant: str, finetuned: Finetuned, paper: float | None, beside_paper: bool = True
 ) -> Cell:
     runs = finetuned.of(column.task, variant)
     notes = gap_notes(finetuned.gaps_of(column.task, variant))
     if runs:
-        notes += split_notes(column, runs, beside_paper) + cut_notes(runs)
+        notes += split_notes(column, runs, beside_paper) + cut_notes(runs) + subset_notes(runs)
     one_seed_se = column_se(next(iter(runs.values())), column) if len(runs) == 1 else None
     values = {seed: column_value(run, column) for seed, run in runs.items()}
     return our_cell(values, paper, notes, one_seed_se=one_seed_se)
@@ -337,7 +377,8 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
             for c in columns
         }
         rows.append(Row(label, "ours", variant, cells))
-    return Table(name, spec["title"], columns, rows, table_notes(name, paper, plan.seeds))
+    notes = table_notes(name, paper, plan.seeds) + setup_note(finetuned, paper)
+    return Table(name, spec["title"], columns, rows, notes)
 
 
 def ablation_tests(
@@ -377,7 +418,8 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportP
         rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
     variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
     tests, untested = ablation_tests(results_dir, columns, variants, finetuned)
-    return Table("table5", spec["title"], columns, rows, table_notes("table5", paper, plan.seeds), tests, untested)
+    notes = table_notes("table5", paper, plan.seeds) + setup_note(finetuned, paper)
+    return Table("table5", spec["title"], columns, rows, notes, tests, untested)
 
 
 def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
