@@ -253,11 +253,12 @@ def _recipe(recipe: Mapping[str, float]) -> str:
             f"{recipe['warmup_fraction']:.1%} of the updates, λ {recipe['lm_weight']:g}")
 
 
-def setup_note(finetuned: Finetuned, paper: Mapping[str, Any]) -> list[str]:
-    """Our model and recipe beside the paper's, from the runs themselves (those of the pre-trained GPT and, if
-    any, the LSTM); none when no such run is there."""
+def setup_note(finetuned: Finetuned, paper: Mapping[str, Any], variants: Iterable[str]) -> list[str]:
+    """Our model and recipe beside the paper's, from the table's runs themselves (those of the pre-trained GPT
+    and, in Table 5, the LSTM); none when no such run is there."""
+    shown = {FULL_VARIANT, "lstm"} & set(variants)
     ours = {r.setup.kind: r.setup for (_, variant), runs in finetuned.runs.items() for r in runs.values()
-            if variant in (FULL_VARIANT, "lstm") and r.setup is not None}
+            if variant in shown and r.setup is not None}
     gpt = ours.get("gpt")
     if gpt is None:
         return []
@@ -377,7 +378,7 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
             for c in columns
         }
         rows.append(Row(label, "ours", variant, cells))
-    notes = table_notes(name, paper, plan.seeds) + setup_note(finetuned, paper)
+    notes = table_notes(name, paper, plan.seeds) + setup_note(finetuned, paper, MAIN_VARIANTS)
     return Table(name, spec["title"], columns, rows, notes)
 
 
@@ -418,7 +419,7 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportP
         rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
     variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
     tests, untested = ablation_tests(results_dir, columns, variants, finetuned)
-    notes = table_notes("table5", paper, plan.seeds) + setup_note(finetuned, paper)
+    notes = table_notes("table5", paper, plan.seeds) + setup_note(finetuned, paper, (r.variant for r in rows))
     return Table("table5", spec["title"], columns, rows, notes, tests, untested)
 
 
