@@ -260,10 +260,10 @@ def test_notes_name_the_training_subset_and_our_setup_beside_the_papers(tmp_path
     assert subset in cells(out, "table2")[("ours (pretrained)", "rte")]["notes"]
     assert "seeded subset" not in cells(out, "table4")[("ours (pretrained)", "sst2")]["notes"]
     setup = ("Our model and recipe (params.yaml) beside the paper's: 4 layers, 256 wide, 4 heads, a "
-             "128-token context, pre-trained on 6,000,000 tokens (the paper: 12 layers, 768 wide, 12 heads, 512 "
-             "tokens, 100 epochs of BooksCorpus (over 7,000 books) in minibatches of 64 × 512 tokens); fine-tuned "
-             "3 epochs, lr 0.0002, batch 16, warm-up 2.0% of the updates, λ 0.5 (the paper: 3 epochs, lr 6.25e-05, "
-             "batch 32, warm-up 0.2% of the updates, λ 0.5)")
+             "128-token context, 8,197 token embeddings, pre-trained on 6,000,000 tokens (the paper: 12 layers, 768 "
+             "wide, 12 heads, 512 tokens, 40,478, 100 epochs of BooksCorpus (over 7,000 books) in minibatches of "
+             "64 × 512 tokens); fine-tuned 3 epochs, lr 0.0002, batch 16, warm-up 2.0% of the updates, λ 0.5 (the "
+             "paper: 3 epochs, lr 6.25e-05, batch 32, warm-up 0.2% of the updates, λ 0.5)")
     lstm = "; the LSTM: one LSTM layer of 512 units on 256-wide embeddings."
     for table in ("table2", "table4"):  # no LSTM row
         assert setup + "." in (out / "tables" / f"{table}.md").read_text()

@@ -232,7 +232,7 @@ def _subset(data: dict[str, Any], path: Path) -> tuple[int, int] | None:
     return examples, checked_field(train, "rows_read", "int", path, "train")
 
 
-SHAPE_KEYS = {"gpt": ("n_layer", "n_embd", "n_head", "n_ctx"), "lstm": ("n_embd", "hidden_size", "n_ctx")}
+SHAPE_KEYS = {"gpt": ("n_layer", "n_embd", "n_head", "n_ctx", "vocab_size"), "lstm": ("n_embd", "hidden_size", "n_ctx")}
 RECIPE_KEYS = ("lr", "batch_size", "epochs", "warmup_fraction", "lm_weight")
 
 

@@ -266,8 +266,9 @@ def setup_note(finetuned: Finetuned, paper: Mapping[str, Any], variants: Iterabl
     tokens = "its tokens not recorded" if gpt.pretrain_tokens is None else f"{gpt.pretrain_tokens:,} tokens"
     lstm = f"; the LSTM: {_shape(ours['lstm'].shape)}" if "lstm" in ours else ""
     return [f"Our model and recipe (params.yaml) beside the paper's: {_shape(gpt.shape)}, a "
-            f"{gpt.shape['n_ctx']}-token context, pre-trained on {tokens} (the paper: {_shape(theirs['shape'])}, "
-            f"{theirs['shape']['n_ctx']} tokens, {theirs['pretraining']}); fine-tuned {_recipe(gpt.recipe)} "
+            f"{gpt.shape['n_ctx']}-token context, {gpt.shape['vocab_size']:,} token embeddings, pre-trained on "
+            f"{tokens} (the paper: {_shape(theirs['shape'])}, {theirs['shape']['n_ctx']} tokens, "
+            f"{theirs['shape']['vocab_size']:,}, {theirs['pretraining']}); fine-tuned {_recipe(gpt.recipe)} "
             f"(the paper: {_recipe(theirs['recipe'])}){lstm}."]
 
 
