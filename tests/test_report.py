@@ -245,29 +245,68 @@ def test_cells_show_mean_se_paper_and_difference_over_two_seeds(tmp_path: Path) 
     assert "81.0 ± 1.0 (paper 82.1, Δ -1.1) [" in markdown
 
 
-def test_notes_name_the_training_subset_and_our_setup_beside_the_papers(tmp_path: Path) -> None:
+def write_run(results: Path, data: dict[str, Any]) -> None:
+    """A metrics.json as given (a fake edited by the test) where the report looks for it."""
+    path = results / "finetune" / data["task"] / data["variant"] / str(data["seed"]) / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_sealed_json(path, data)
+
+
+PAPER_SETUP = ("(the paper: 12 layers, 768 wide, 12 heads, 512 tokens, 40,478 token embeddings, 100 epochs of "
+               "BooksCorpus (over 7,000 books) in minibatches of 64 × 512 tokens); fine-tuned {recipe} (the paper: 3 "
+               "epochs, lr 6.25e-05, batch 32, warm-up 0.2% of the updates, λ 0.5)")
+OUR_RECIPE = "3 epochs, lr 0.0002, batch 16, warm-up 2.0% of the updates, λ 0.5"
+
+
+def test_a_subset_footnote_counts_the_examples_the_task_could_train_on(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "out"
-    write_metrics(results, "rte", "pretrained", 0)  # 800 of 1000 rows: a seeded subset
-    write_metrics(results, "sst2", "lstm", 0)
+    write_metrics(results, "rte", "pretrained", 0)  # 800 of the 1,000 training rows read
+    cut = metrics_json("mnli", "pretrained", 0, cut=MNLI_CUT)  # a cut of another split, 2 rows without a label
+    cut["train"]["unlabelled_dropped"] = 2
+    write_run(results, cut)
     whole = metrics_json("sst2", "pretrained", 0)
     whole["train"]["capped"] = 0  # every training example: no subset to name
-    path = results / "finetune" / "sst2" / "pretrained" / "0" / "metrics.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_sealed_json(path, whole)
+    write_run(results, whole)
     render_report(config(), results, out)
-    subset = ("rte: fine-tuned on 800 of its 1,000 training examples, a seeded subset (params.yaml "
-              "finetune.max_train_examples, finetune.train_examples_by_task); the paper trains on all of them")
+    subset = ("rte: fine-tuned on 800 of the 1,000 examples it could train on, a seeded subset (params.yaml "
+              "finetune.max_train_examples, finetune.train_examples_by_task)")
     assert subset in cells(out, "table2")[("ours (pretrained)", "rte")]["notes"]
+    assert "mnli: fine-tuned on 800 of the 998 examples it could train on" in cells(out, "table2")[
+        ("ours (pretrained)", "mnli_m")]["notes"]
     assert "seeded subset" not in cells(out, "table4")[("ours (pretrained)", "sst2")]["notes"]
-    setup = ("Our model and recipe (params.yaml) beside the paper's: 4 layers, 256 wide, 4 heads, a "
-             "128-token context, 8,197 token embeddings, pre-trained on 6,000,000 tokens (the paper: 12 layers, 768 "
-             "wide, 12 heads, 512 tokens, 40,478, 100 epochs of BooksCorpus (over 7,000 books) in minibatches of "
-             "64 × 512 tokens); fine-tuned 3 epochs, lr 0.0002, batch 16, warm-up 2.0% of the updates, λ 0.5 (the "
-             "paper: 3 epochs, lr 6.25e-05, batch 32, warm-up 0.2% of the updates, λ 0.5)")
-    lstm = "; the LSTM: one LSTM layer of 512 units on 256-wide embeddings."
-    for table in ("table2", "table4"):  # no LSTM row
-        assert setup + "." in (out / "tables" / f"{table}.md").read_text()
-    assert setup + lstm in (out / "tables" / "table5.md").read_text()
+
+
+def test_the_setup_note_reads_the_tables_own_pre_trained_runs(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_metrics(results, "rte", "pretrained", 0)
+    write_metrics(results, "sst2", "lstm", 0)
+    scratch = metrics_json("rte", "scratch", 0)
+    scratch["recipe"]["lr"] = 1.0  # not the pre-trained GPT's run: not described
+    write_run(results, scratch)
+    render_report(config(), results, out)
+    ours = ("Our model and recipe (params.yaml) beside the paper's: 4 layers, 256 wide, 4 heads, a 128-token "
+            "context, 8,197 token embeddings, pre-trained on 6,000,000 tokens ")
+    setup = ours + PAPER_SETUP.format(recipe=OUR_RECIPE)
+    assert setup + "." in (out / "tables" / "table2.md").read_text()  # RTE's run; Table 2 has no LSTM row
+    assert setup + "; the LSTM: one LSTM layer of 512 units on 256-wide embeddings." in (
+        out / "tables" / "table5.md").read_text()
+    for table in ("table3", "table4"):  # no pre-trained GPT run of their tasks (Table 4's SST-2: the LSTM's only)
+        assert "Our model and recipe" not in (out / "tables" / f"{table}.md").read_text()
+
+
+def test_the_setup_note_describes_each_setup_its_runs_differ_in(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    unrecorded = metrics_json("rte", "pretrained", 0)
+    unrecorded["model"]["pretrain_tokens"] = None
+    write_run(results, unrecorded)
+    other = metrics_json("qnli", "pretrained", 0)
+    other["recipe"]["lr"] = 1e-4
+    write_run(results, other)
+    render_report(config(), results, out)
+    notes = (out / "tables" / "table2.md").read_text()
+    assert "beside the paper's (the runs differ: one description each): 4 layers" in notes
+    assert "pre-trained on an unrecorded number of tokens (the paper" in notes
+    assert "pre-trained on 6,000,000 tokens (the paper" in notes and "lr 0.0001, batch 16" in notes
 
 
 def test_a_run_without_its_recipe_is_refused_naming_the_key(tmp_path: Path) -> None:

@@ -198,8 +198,8 @@ class Run:
     seed: int
     scores: dict[str, Score]
     cut: str | None  # the training cut's description, e.g. "validation[0%:80%] (shuffled, seed 0)"
-    subset: tuple[int, int] | None = None  # a capped training set: (examples trained on, training rows read)
-    setup: Setup | None = None  # the model and recipe the run used
+    subset: tuple[int, int] | None  # a capped training set: (examples trained on, labelled examples it had)
+    setup: Setup  # the model and recipe the run used
 
 
 def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:
@@ -229,7 +229,9 @@ def _subset(data: dict[str, Any], path: Path) -> tuple[int, int] | None:
     if not checked_field(train, "capped", "int", path, "train"):
         return None
     examples = checked_field(train, "examples", "int", path, "train")
-    return examples, checked_field(train, "rows_read", "int", path, "train")
+    labelled = checked_field(train, "rows_read", "int", path, "train") - checked_field(
+        train, "unlabelled_dropped", "int", path, "train")
+    return examples, labelled
 
 
 SHAPE_KEYS = {"gpt": ("n_layer", "n_embd", "n_head", "n_ctx", "vocab_size"), "lstm": ("n_embd", "hidden_size", "n_ctx")}

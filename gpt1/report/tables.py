@@ -27,9 +27,12 @@ from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.metrics import GLUE_COMPONENTS, glue_average
 from gpt1.report.inputs import (
+    RECIPE_KEYS,
+    SHAPE_KEYS,
     Finetuned,
     ReportPlan,
     Run,
+    Setup,
     checked_field,
     gap_notes,
     predictions_by_seed,
@@ -63,8 +66,10 @@ def load_paper(path: Path = PAPER_FILE) -> dict[str, Any]:
             checked_field(row, "values", "object", path, f"tables.{name}.rows[{i}]")
     checked_field(data, "splits", "object", path)
     setup = checked_field(data, "setup", "object", path)
-    for key in ("shape", "recipe"):
-        checked_field(setup, key, "object", path, "setup")
+    for key, names in (("shape", SHAPE_KEYS["gpt"]), ("recipe", RECIPE_KEYS)):
+        values = checked_field(setup, key, "object", path, "setup")
+        for name in names:
+            checked_field(values, name, "number", path, f"setup.{key}")
     checked_field(setup, "pretraining", "str", path, "setup")
     return data
 
@@ -235,15 +240,16 @@ def cut_notes(runs: Mapping[int, Run]) -> list[str]:
 
 
 def subset_notes(runs: Mapping[int, Run]) -> list[str]:
-    """The training examples of a task that trained on a seeded subset (the paper trains on all of them)."""
+    """How many of the examples a task could train on (its training split, or its cut of another) its runs saw,
+    when that was a seeded subset."""
     subsets = sorted({(r.task, r.subset) for r in runs.values() if r.subset})
-    return [f"{task}: fine-tuned on {examples:,} of its {rows:,} training examples, a seeded subset (params.yaml "
-            f"finetune.max_train_examples, finetune.train_examples_by_task); the paper trains on all of them"
+    return [f"{task}: fine-tuned on {examples:,} of the {rows:,} examples it could train on, a seeded subset "
+            f"(params.yaml finetune.max_train_examples, finetune.train_examples_by_task)"
             for task, (examples, rows) in subsets]
 
 
-def _shape(shape: Mapping[str, int]) -> str:
-    if "hidden_size" in shape:
+def _shape(kind: str, shape: Mapping[str, int]) -> str:
+    if kind == "lstm":
         return f"one LSTM layer of {shape['hidden_size']} units on {shape['n_embd']}-wide embeddings"
     return f"{shape['n_layer']} layers, {shape['n_embd']} wide, {shape['n_head']} heads"
 
@@ -253,23 +259,32 @@ def _recipe(recipe: Mapping[str, float]) -> str:
             f"{recipe['warmup_fraction']:.1%} of the updates, λ {recipe['lm_weight']:g}")
 
 
-def setup_note(finetuned: Finetuned, paper: Mapping[str, Any], variants: Iterable[str]) -> list[str]:
-    """Our model and recipe beside the paper's, from the table's runs themselves (those of the pre-trained GPT
-    and, in Table 5, the LSTM); none when no such run is there."""
-    shown = {FULL_VARIANT, "lstm"} & set(variants)
-    ours = {r.setup.kind: r.setup for (_, variant), runs in finetuned.runs.items() for r in runs.values()
-            if variant in shown and r.setup is not None}
-    gpt = ours.get("gpt")
-    if gpt is None:
+def _gpt_setup(setup: Setup, theirs: Mapping[str, Any]) -> str:
+    tokens = ("an unrecorded number of tokens" if setup.pretrain_tokens is None
+              else f"{setup.pretrain_tokens:,} tokens")
+    return (f"{_shape('gpt', setup.shape)}, a {setup.shape['n_ctx']}-token context, {setup.shape['vocab_size']:,} "
+            f"token embeddings, pre-trained on {tokens} (the paper: {_shape('gpt', theirs['shape'])}, "
+            f"{theirs['shape']['n_ctx']} tokens, {theirs['shape']['vocab_size']:,} token embeddings, "
+            f"{theirs['pretraining']}); fine-tuned {_recipe(setup.recipe)} (the paper: {_recipe(theirs['recipe'])})")
+
+
+def setup_notes(finetuned: Finetuned, paper: Mapping[str, Any], tasks: Iterable[str], variants: Iterable[str]
+                ) -> list[str]:
+    """Our model and recipe beside the paper's, read from the table's own runs: those of the pre-trained GPT and,
+    where the table has its row, the LSTM. Runs that differ are each described; no GPT run, no note."""
+    shown, columns = {FULL_VARIANT, "lstm"} & set(variants), set(tasks)
+    setups: dict[str, list[Setup]] = {}
+    for (task, variant), runs in finetuned.runs.items():
+        if task in columns and variant in shown:
+            for run in runs.values():
+                if run.setup not in setups.setdefault(run.setup.kind, []):
+                    setups[run.setup.kind].append(run.setup)
+    if "gpt" not in setups:
         return []
-    theirs = paper["setup"]
-    tokens = "its tokens not recorded" if gpt.pretrain_tokens is None else f"{gpt.pretrain_tokens:,} tokens"
-    lstm = f"; the LSTM: {_shape(ours['lstm'].shape)}" if "lstm" in ours else ""
-    return [f"Our model and recipe (params.yaml) beside the paper's: {_shape(gpt.shape)}, a "
-            f"{gpt.shape['n_ctx']}-token context, {gpt.shape['vocab_size']:,} token embeddings, pre-trained on "
-            f"{tokens} (the paper: {_shape(theirs['shape'])}, {theirs['shape']['n_ctx']} tokens, "
-            f"{theirs['shape']['vocab_size']:,}, {theirs['pretraining']}); fine-tuned {_recipe(gpt.recipe)} "
-            f"(the paper: {_recipe(theirs['recipe'])}){lstm}."]
+    gpt = " / ".join(_gpt_setup(s, paper["setup"]) for s in setups["gpt"])
+    lstm = "".join(f"; the LSTM: {_shape('lstm', s.shape)}" for s in setups.get("lstm", []))
+    differ = " (the runs differ: one description each)" if len(setups["gpt"]) > 1 else ""
+    return [f"Our model and recipe (params.yaml) beside the paper's{differ}: {gpt}{lstm}."]
 
 
 def task_cell(
@@ -379,7 +394,8 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
             for c in columns
         }
         rows.append(Row(label, "ours", variant, cells))
-    notes = table_notes(name, paper, plan.seeds) + setup_note(finetuned, paper, MAIN_VARIANTS)
+    tasks = [c.task for c in columns if c.task is not None]
+    notes = table_notes(name, paper, plan.seeds) + setup_notes(finetuned, paper, tasks, MAIN_VARIANTS)
     return Table(name, spec["title"], columns, rows, notes)
 
 
@@ -420,7 +436,9 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportP
         rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
     variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
     tests, untested = ablation_tests(results_dir, columns, variants, finetuned)
-    notes = table_notes("table5", paper, plan.seeds) + setup_note(finetuned, paper, (r.variant for r in rows))
+    variants = [r.variant for r in rows if r.variant is not None]
+    notes = table_notes("table5", paper, plan.seeds) + setup_notes(finetuned, paper, [c.task for c in tasks],
+                                                                   variants)
     return Table("table5", spec["title"], columns, rows, notes, tests, untested)
 
 
