@@ -218,14 +218,12 @@ def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:
     )
 
 
-def _train_cut(data: dict[str, Any], path: Path) -> str | None:
-    train = checked_field(data, "train", "object", path)
+def _train_cut(train: dict[str, Any], path: Path) -> str | None:
     cut = checked_field(train, "cut", "object|null", path, "train")
     return None if cut is None else checked_field(cut, "description", "str", path, "train.cut")
 
 
-def _subset(data: dict[str, Any], path: Path) -> tuple[int, int] | None:
-    train = checked_field(data, "train", "object", path)
+def _subset(train: dict[str, Any], path: Path) -> tuple[int, int] | None:
     if not checked_field(train, "capped", "int", path, "train"):
         return None
     examples = checked_field(train, "examples", "int", path, "train")
@@ -270,7 +268,8 @@ def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run
                 f"{', '.join(r.name for r in spec.reports)}"
             )
         scores[report.name] = _score(reports[report.name], report.name, spec.metrics, path)
-    return Run(path, task, variant, seed, scores, _train_cut(data, path), _subset(data, path), _setup(data, path))
+    train = checked_field(data, "train", "object", path)
+    return Run(path, task, variant, seed, scores, _train_cut(train, path), _subset(train, path), _setup(data, path))
 
 
 @dataclass

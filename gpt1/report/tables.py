@@ -436,9 +436,8 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportP
         rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
     variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
     tests, untested = ablation_tests(results_dir, columns, variants, finetuned)
-    variants = [r.variant for r in rows if r.variant is not None]
     notes = table_notes("table5", paper, plan.seeds) + setup_notes(finetuned, paper, [c.task for c in tasks],
-                                                                   variants)
+                                                                   [r["variant"] for r in spec["rows"]])
     return Table("table5", spec["title"], columns, rows, notes, tests, untested)
 
 
