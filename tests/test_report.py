@@ -741,3 +741,16 @@ def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():
     assert list(metrics) == [*CURATED_METRICS, "gaps"]
     assert metrics["ppl_gpt"] == 212.3496 and metrics["glue"] == 42.1506 and metrics["layers"] == 33.875
     assert metrics["ppl_lstm"] is None and metrics["zs_gpt"] is None and metrics["gaps"] == 3
+
+
+def test_a_paper_yaml_without_the_papers_recipe_is_refused_naming_the_key(tmp_path: Path) -> None:
+    import yaml
+
+    from gpt1.report.tables import PAPER_FILE
+
+    broken = yaml.safe_load(PAPER_FILE.read_text())
+    del broken["setup"]["recipe"]["lr"]
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(broken, allow_unicode=True))
+    with pytest.raises(ReportError, match=r"paper\.yaml: key 'setup\.recipe\.lr' is missing"):
+        load_paper(path)
