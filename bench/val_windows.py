@@ -16,29 +16,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from common import REPO, machine
 
 from gpt1.checkpoints import load_pretrained
 from gpt1.config import load_config, pretrain_settings
-from gpt1.ids import load_ids, read_windows, validation_offsets
-from gpt1.runtime import autocast, resolve_precision
+from gpt1.ids import load_ids, validation_offsets
+from gpt1.pretrain import evaluate
+from gpt1.runtime import Runtime, resolve_precision
 
 
 def window_losses(folder: Path, ids: np.ndarray, offsets: torch.Tensor, dtype: torch.dtype | None) -> np.ndarray:
+    """Each window's mean next-token loss, by the pre-training stage's own `evaluate`, one window at a time."""
     model, _ = load_pretrained(folder)
-    model.eval()
+    rt = Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), distributed=False)
     n_ctx = model.config.n_ctx
-    losses = []
-    with torch.no_grad():
-        for chunk in offsets.split(64):
-            x, y = read_windows(ids, chunk, n_ctx, torch.device("cpu"))
-            with autocast(torch.device("cpu"), dtype):
-                logits = model(x)
-                logits = logits[0] if isinstance(logits, tuple) else logits
-            nll = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")
-            losses.append(nll.mean(dim=1).double().numpy())
-    return np.concatenate(losses)
+    return np.array([evaluate(model, ids, window, 1, n_ctx, rt, dtype) for window in offsets.split(1)])
 
 
 def describe(name: str, losses: np.ndarray) -> str:
