@@ -5,8 +5,9 @@
 
 Each arm fine-tunes the default profile's GPT from one weight snapshot of its pre-training
 (results/default/pretrain/gpt/snapshots, taken at log-spaced updates; the last is the final model), or, arm
-`scratch`, from no pre-training at all, or, arm `NAME:INDEX`, from a snapshot of another pre-training run of the
-same model named by `--run NAME=FOLDER` (a longer budget, say: its full schedule, not a snapshot midway), through
+`scratch`, from no pre-training at all, or, arm `NAME:INDEX`, from a snapshot of another pre-training run named by
+`--run NAME=FOLDER` (a longer budget, say: its full schedule, not a snapshot midway; or another shape of the GPT,
+whose model.json says it), through
 bench/finetune_ab.py's held-out design: every arm trains on the same
 seeded subset of the first 80% of the task's training data, from the same seed, and is scored on the same held-out
 rest, never on a split the tables report. The arms of a task run one after another, their order rotated from task
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--snapshots", default="scratch,3,4,5",
                         help="arms: 'scratch' and snapshot indexes of the pre-training run (its snapshots/index.json)")
     parser.add_argument("--run", action="append", default=[], metavar="NAME=FOLDER",
-                        help="another pre-training run of the same model, whose snapshots arms name as NAME:INDEX")
+                        help="another pre-training run (longer, or another shape); arms name its snapshots NAME:INDEX")
     parser.add_argument("--tasks", default="sst2:3200,qnli:400,rte:400", help="task:training examples, ...")
     parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed of every arm (subset, order, init)")
     args = parser.parse_args(argv)
