@@ -16,35 +16,37 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 from pathlib import Path
 
 from common import machine
 
+from gpt1 import layout
 from gpt1.report.inputs import verified_predictions
+from gpt1.report.numbers import mean_sd, mean_se
 from gpt1.significance import column_test, report_se
 
 
 def job(results: Path, task: str, variant: str, seed: int) -> tuple[dict, dict] | None:
     """(reports of metrics.json, predictions) of one job; None when it has not run."""
-    folder = results / "finetune" / task / variant / str(seed)
-    if not (folder / "metrics.json").is_file():
+    folder = results / layout.finetune_dir(task, variant, seed)
+    if not (folder / layout.FINETUNE_METRICS).is_file():
         return None
-    return json.loads((folder / "metrics.json").read_text())["reports"], verified_predictions(
-        folder / "predictions.jsonl")
+    reports = json.loads((folder / layout.FINETUNE_METRICS).read_text())["reports"]
+    return reports, verified_predictions(folder / layout.PREDICTIONS)
 
 
 def cell(reports: dict, predictions: dict) -> tuple[float, float]:
     """The paper metric in percent, averaged over the task's reports (MNLI's two), and its bootstrap SE."""
-    values = [100 * r["metrics"][r["paper_metric"]] for r in reports.values()]
-    errors = [100 * report_se(predictions, name, r["paper_metric"]) for name, r in reports.items()]
-    return statistics.mean(values), math.sqrt(sum(e * e for e in errors)) / len(errors)
+    value = mean_sd([100 * r["metrics"][r["paper_metric"]] for r in reports.values()])[0]
+    return value, mean_se([100 * report_se(predictions, name, r["paper_metric"]) for name, r in reports.items()])
 
 
 def across(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.1f}" if values else "-"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values) / math.sqrt(len(values)):.1f}"
+    """Mean ± its standard error across seeds (sd / sqrt(seeds))."""
+    if not values:
+        return "-"
+    mean, sd = mean_sd(values)
+    return f"{mean:.1f}" if sd is None else f"{mean:.1f} ± {sd / math.sqrt(len(values)):.1f}"
 
 
 def compare_task(trees: list[Path], task: str, variant: str, seeds: list[int]) -> str:
