@@ -106,17 +106,20 @@ def first_point(run: str, names: Any) -> str:
 
 
 def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]], tasks: list[HeldOut]) -> str:
-    """Markdown: per task the first point, each run's final point, and final minus first (p); then the count."""
+    """Markdown: per task the first point (one per run when the runs start from different weights), each run's
+    final point, and final minus first (p); then the count."""
     def first(run: str) -> dict[str, Any]:
         return results[first_point(run, results)]
 
-    head = ["task (examples)", "first", *(f"{r} final" for r in runs), *(f"{r} − first (p)" for r in runs)]
+    starts = ["first"] if "first" in results else [f"{r}:first" for r in runs]
+    head = ["task (examples)", *(s.replace(":", " ") for s in starts), *(f"{r} final" for r in runs),
+            *(f"{r} − first (p)" for r in runs)]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     beyond = dict.fromkeys(runs, 0)
     for t in tasks:
         name, scale = t.task.name, (100.0 if t.reference["metric"] == "accuracy" else 1.0)
         cells = [f"{name} {t.reference['metric']} ({len(t.task.probe)})",
-                 f"{first(runs[0])[name]['raw'] * scale:.3g} ± {first(runs[0])[name]['se'] * scale:.2g}"]
+                 *(f"{results[s][name]['raw'] * scale:.3g} ± {results[s][name]['se'] * scale:.2g}" for s in starts)]
         diffs = []
         for run in runs:
             end, start = results[f"{run}:final"][name], first(run)[name]
