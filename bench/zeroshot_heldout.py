@@ -16,7 +16,7 @@ Every run (`--run NAME=FOLDER`, a `gpt1 pretrain` output) is scored at its first
 runs sharing a first snapshot (the same seed, so the same initial weights) score it once. Printed: each point's
 score ± bootstrap SE, final minus first with the paired bootstrap's p, and how many of the four curves end above
 where they start by more than one SE (the issue's yardstick for Figure 2 right). Raw points:
-bench/results/zeroshot_heldout.jsonl.
+bench/results/zeroshot_heldout.jsonl; `--from-log` prints an invocation's table again from them, scoring nothing.
 """
 
 from __future__ import annotations
@@ -105,20 +105,21 @@ def first_point(run: str, names: Any) -> str:
     return "first" if "first" in names else f"{run}:first"
 
 
-def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]], tasks: list[HeldOut]) -> str:
+def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Markdown: per task the first point (one per run when the runs start from different weights), each run's
-    final point, and final minus first (p); then the count."""
+    final point, and final minus first (p); then the count. `results`: point -> task -> gpt1.zeroshot.task_result."""
     def first(run: str) -> dict[str, Any]:
         return results[first_point(run, results)]
 
-    starts = ["first"] if "first" in results else [f"{r}:first" for r in runs]
+    starts = list(dict.fromkeys(first_point(run, results) for run in runs))
     head = ["task (examples)", *(s.replace(":", " ") for s in starts), *(f"{r} final" for r in runs),
             *(f"{r} − first (p)" for r in runs)]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     beyond = dict.fromkeys(runs, 0)
-    for t in tasks:
-        name, scale = t.task.name, (100.0 if t.reference["metric"] == "accuracy" else 1.0)
-        cells = [f"{name} {t.reference['metric']} ({len(t.task.probe)})",
+    tasks = results[starts[0]]
+    for name, result in tasks.items():
+        scale = 100.0 if result["metric"] == "accuracy" else 1.0
+        cells = [f"{name} {result['metric']} ({result['examples']})",
                  *(f"{results[s][name]['raw'] * scale:.3g} ± {results[s][name]['se'] * scale:.2g}" for s in starts)]
         diffs = []
         for run in runs:
@@ -132,6 +133,14 @@ def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]], tasks:
     return "\n".join(lines) + f"\n\nCurves above their start by more than one SE (the larger of the two): {counts}"
 
 
+def logged(args: dict[str, Any]) -> tuple[str, dict[str, dict[str, dict[str, Any]]]]:
+    """(machine, point -> task results) of the logged invocation with these arguments (the latest, if repeated)."""
+    rows = [row for line in LOG.read_text().splitlines() if (row := json.loads(line))["args"] == args]
+    if not rows:
+        raise SystemExit(f"{LOG}: no points logged for {args}; run without --from-log to score them")
+    return rows[-1]["machine"], {row["point"]: row["tasks"] for row in rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="append", required=True, metavar="NAME=FOLDER",
@@ -142,12 +151,20 @@ def main() -> None:
     parser.add_argument("--reported", type=int, default=1000,
                         help="DPRD examples the stage reports (zeroshot.max_examples; default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="zeroshot.seed (default 0)")
+    parser.add_argument("--from-log", action="store_true",
+                        help="print the table of these arguments' logged points again, scoring nothing")
     args = parser.parse_args()
+    invocation = {k: v for k, v in vars(args).items() if k != "from_log"}  # what the log records and matches
+    runs = {name: Path(folder) for name, folder in (item.split("=", 1) for item in args.run)}
+    if args.from_log:
+        recorded_on, results = logged(invocation)
+        print(recorded_on)
+        print(table(list(runs), results))
+        return
 
     from gpt1.tokenizer import GPT1Tokenizer
     from gpt1.zeroshot import task_result
 
-    runs = {name: Path(folder) for name, folder in (item.split("=", 1) for item in args.run)}
     tasks = held_out_tasks(GPT1Tokenizer.load(TOKENIZER), args.examples, args.fit, args.reported, args.seed)
     chosen = points(runs)
     scored = {point: score(weights, tasks) for point, (_, weights) in chosen.items()}
@@ -160,10 +177,10 @@ def main() -> None:
                                                    None if base is None else base[t.task.name]) for t in tasks}
     with open(LOG, "a") as handle:
         for point, (sha, weights) in chosen.items():
-            handle.write(json.dumps({"point": point, "weights": str(weights), "sha256": sha, "args": vars(args),
+            handle.write(json.dumps({"point": point, "weights": str(weights), "sha256": sha, "args": invocation,
                                      "machine": machine(), "tasks": results[point]}) + "\n")
     print(machine())
-    print(table(list(runs), results, tasks))
+    print(table(list(runs), results))
 
 
 if __name__ == "__main__":
