@@ -53,7 +53,10 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     held = end * (1 - HOLDOUT_FRACTION)
     overrides = [f"finetune.max_train_examples={size}", "finetune.train_examples_by_task={}",
                  f"finetune.epochs={epochs}", f"finetune.max_eval_examples={holdout}",
-                 f"finetune.train_cuts.{task}={{split: {split}, fraction: {held}, seed: {cut_seed}}}", *extra]
+                 f"finetune.train_cuts.{task}={{split: {split}, fraction: {held}, seed: {cut_seed}}}"]
+    if any(e.startswith("finetune.lr=") for e in extra):
+        overrides.append("finetune.lr_by_task={}")  # an lr given here is every task's, over their own
+    overrides += extra
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained or results / "pretrain" / "gpt",

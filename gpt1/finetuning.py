@@ -288,8 +288,10 @@ class Recipe:
     length_group_batches: int = 1  # training batches formed by length within runs of this many (epoch_batches)
 
     @classmethod
-    def from_section(cls, finetune: dict[str, Any], lm_weight: float | None) -> Recipe:
-        return cls(finetune["lr"], finetune["batch_size"], finetune["epochs"], finetune["warmup_fraction"],
+    def from_section(cls, finetune: dict[str, Any], task: str, lm_weight: float | None) -> Recipe:
+        """The recipe `task` trains with: the section's, its own lr where lr_by_task names it, λ from the variant."""
+        lr = (finetune.get("lr_by_task") or {}).get(task, finetune["lr"])
+        return cls(lr, finetune["batch_size"], finetune["epochs"], finetune["warmup_fraction"],
                    finetune["lm_weight"] if lm_weight is None else lm_weight, finetune["weight_decay"],
                    finetune["eval_batch_size"], finetune["precision"], finetune["length_group_batches"])
 
@@ -442,7 +444,7 @@ def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, 
         data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
     data = TaskData(narrow(data.train, max_train_examples), [narrow(p, max_eval_examples) for p in data.evals])
     train, selection = carve_selection(spec, data.train)
-    recipe = Recipe.from_section(finetune, chosen.lm_weight)
+    recipe = Recipe.from_section(finetune, spec.name, chosen.lm_weight)
     eval_cap = max_eval_examples if max_eval_examples is not None else finetune["max_eval_examples"]
     return FinetuneJob(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut,
                        train, selection, data.evals, source, eval_cap, started)

@@ -125,6 +125,13 @@ def test_a_per_task_training_cap_names_the_task_or_the_bound_it_breaks():
         load_config(REPO / "params.yaml", "default", ["finetune.train_examples_by_task={sst2: 0}"])
 
 
+def test_a_per_task_lr_names_the_task_or_the_bound_it_breaks():
+    with pytest.raises(ConfigError, match=r"finetune\.lr_by_task: 'foo' is not one of snli"):
+        load_config(REPO / "params.yaml", "default", ["finetune.lr_by_task={foo: 1.0e-4}"])
+    with pytest.raises(ConfigError, match=r"finetune\.lr_by_task\.cola: 0 is less than or equal to the minimum"):
+        load_config(REPO / "params.yaml", "default", ["finetune.lr_by_task={cola: 0}"])
+
+
 def test_a_model_kind_overrides_only_the_pretrain_keys_it_names():
     cfg = load_config(REPO / "params.yaml", "smoke",
                       ["pretrain.by_model={lstm: {batch_size: 16, micro_batch_size: 16, max_steps: 7}}"])

@@ -147,6 +147,13 @@ def test_length_grouped_batches_cover_the_epoch_once_and_pad_less() -> None:
     assert grouped != epoch_batches(part, 16, torch.Generator().manual_seed(1), 4)
 
 
+def test_a_task_in_lr_by_task_trains_at_its_own_rate_in_every_variant(assets: Assets) -> None:
+    cfg = finetune_settings(config("finetune.lr=1.0e-3", "finetune.lr_by_task={sst2: 3.0e-4}"))
+    for variant in ("pretrained", "scratch", "no_aux"):
+        assert prepare_job(cfg, "sst2", variant, 0, assets.gpt, assets.tokenizer).recipe.lr == 3.0e-4
+    assert prepare_job(cfg, "rte", "pretrained", 0, assets.gpt, assets.tokenizer).recipe.lr == 1.0e-3
+
+
 def test_variants_set_lambda_and_weights(assets: Assets) -> None:
     cfg = finetune_settings(config())
     assert prepare_job(cfg, "sst2", "pretrained", 0, assets.gpt, assets.tokenizer).recipe.lm_weight == 0.5

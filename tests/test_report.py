@@ -304,9 +304,10 @@ def test_the_setup_note_describes_each_setup_its_runs_differ_in(tmp_path: Path) 
     write_run(results, other)
     render_report(config(), results, out)
     notes = (out / "tables" / "table2.md").read_text()
-    assert "beside the paper's (the runs differ: one description each): 4 layers" in notes
-    assert "pre-trained on an unrecorded number of tokens (the paper" in notes
-    assert "pre-trained on 6,000,000 tokens (the paper" in notes and "lr 0.0001, batch 16" in notes
+    assert "beside the paper's (the runs differ: one description per setup, after its tasks): for " in notes
+    rte, qnli = (notes.split(f"for {task}: 4 layers")[1].split(" / ")[0] for task in ("rte", "qnli"))
+    assert "pre-trained on an unrecorded number of tokens (the paper" in rte and "lr 0.0002, batch 16" in rte
+    assert "pre-trained on 6,000,000 tokens (the paper" in qnli and "lr 0.0001, batch 16" in qnli
 
 
 def test_a_run_without_its_recipe_is_refused_naming_the_key(tmp_path: Path) -> None:

@@ -273,17 +273,23 @@ def setup_notes(finetuned: Finetuned, paper: Mapping[str, Any], tasks: Iterable[
     """Our model and recipe beside the paper's, read from the table's own runs: those of the pre-trained GPT and,
     where the table has its row, the LSTM. Runs that differ are each described; no GPT run, no note."""
     shown, columns = {FULL_VARIANT, "lstm"} & set(variants), set(tasks)
-    setups: dict[str, list[Setup]] = {}
+    setups: dict[str, list[tuple[Setup, list[str]]]] = {}  # kind -> (setup, the tasks whose runs used it)
     for (task, variant), runs in finetuned.runs.items():
         if task in columns and variant in shown:
             for run in runs.values():
-                if run.setup not in setups.setdefault(run.setup.kind, []):
-                    setups[run.setup.kind].append(run.setup)
+                of_kind = setups.setdefault(run.setup.kind, [])
+                used_by = next((tasks for setup, tasks in of_kind if setup == run.setup), None)
+                if used_by is None:
+                    of_kind.append((run.setup, used_by := []))
+                if task not in used_by:
+                    used_by.append(task)
     if "gpt" not in setups:
         return []
-    gpt = " / ".join(_gpt_setup(s, paper["setup"]) for s in setups["gpt"])
-    lstm = "".join(f"; the LSTM: {_shape('lstm', s.shape)}" for s in setups.get("lstm", []))
-    differ = " (the runs differ: one description each)" if len(setups["gpt"]) > 1 else ""
+    several = len(setups["gpt"]) > 1
+    gpt = " / ".join(f"{'for ' + ', '.join(used_by) + ': ' if several else ''}{_gpt_setup(s, paper['setup'])}"
+                     for s, used_by in setups["gpt"])
+    lstm = "".join(f"; the LSTM: {_shape('lstm', s.shape)}" for s, _ in setups.get("lstm", []))
+    differ = " (the runs differ: one description per setup, after its tasks)" if several else ""
     return [f"Our model and recipe (params.yaml) beside the paper's{differ}: {gpt}{lstm}."]
 
 
