@@ -310,6 +310,17 @@ def test_the_setup_note_describes_each_setup_its_runs_differ_in(tmp_path: Path) 
     assert "pre-trained on 6,000,000 tokens (the paper" in qnli and "lr 0.0001, batch 16" in qnli
 
 
+def test_lstm_runs_at_two_rates_are_described_once(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    write_metrics(results, "sst2", "pretrained", 0)
+    write_metrics(results, "sst2", "lstm", 0)
+    faster = metrics_json("cola", "lstm", 0)
+    faster["recipe"]["lr"] = 5e-4
+    write_run(results, faster)
+    render_report(config(), results, out)
+    assert (out / "tables" / "table5.md").read_text().count("the LSTM: one LSTM layer of 512 units") == 1
+
+
 def test_a_run_without_its_recipe_is_refused_naming_the_key(tmp_path: Path) -> None:
     results = tmp_path / "results"
     broken = metrics_json("rte", "pretrained", 0)

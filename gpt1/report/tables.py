@@ -288,7 +288,8 @@ def setup_notes(finetuned: Finetuned, paper: Mapping[str, Any], tasks: Iterable[
     several = len(setups["gpt"]) > 1
     gpt = " / ".join(f"{'for ' + ', '.join(used_by) + ': ' if several else ''}{_gpt_setup(s, paper['setup'])}"
                      for s, used_by in setups["gpt"])
-    lstm = "".join(f"; the LSTM: {_shape('lstm', s.shape)}" for s, _ in setups.get("lstm", []))
+    lstm = "".join(f"; the LSTM: {shape}"  # its shape only: LSTM runs that differ in recipe read the same here
+                   for shape in dict.fromkeys(_shape("lstm", s.shape) for s, _ in setups.get("lstm", [])))
     differ = " (the runs differ: one description per setup, after its tasks)" if several else ""
     return [f"Our model and recipe (params.yaml) beside the paper's{differ}: {gpt}{lstm}."]
 
