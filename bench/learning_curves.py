@@ -36,6 +36,20 @@ def training_data(task: str) -> tuple[str, float, int]:
     return (declared["split"], declared["fraction"], declared["seed"]) if declared else ("train", 1.0, 0)
 
 
+def holdout_overrides(task: str, train_cut: tuple[str, float, int], size: int, epochs: int, holdout: int,
+                      extra: list[str]) -> list[str]:
+    """The default profile's settings for one held-out job: `size` training examples of `train_cut` (split, end
+    fraction, seed: the first 80% of the task's training data), `epochs`, `holdout` scored; `extra` last. An lr in
+    `extra` is every task's, over its own entry in finetune.lr_by_task."""
+    split, held, cut_seed = train_cut
+    overrides = [f"finetune.max_train_examples={size}", "finetune.train_examples_by_task={}",
+                 f"finetune.epochs={epochs}", f"finetune.max_eval_examples={holdout}",
+                 f"finetune.train_cuts.{task}={{split: {split}, fraction: {held}, seed: {cut_seed}}}"]
+    if any(e.startswith("finetune.lr=") for e in extra):
+        overrides.append("finetune.lr_by_task={}")
+    return overrides + list(extra)
+
+
 def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str],
                 pretrained: Path | None = None, transfer_layers: int | None = None):
     """A fine-tuning job trained on `size` examples of the first 80% of the task's training data, evaluated on the
@@ -51,12 +65,7 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     spec = get_task(task)
     split, end, cut_seed = training_data(task)
     held = end * (1 - HOLDOUT_FRACTION)
-    overrides = [f"finetune.max_train_examples={size}", "finetune.train_examples_by_task={}",
-                 f"finetune.epochs={epochs}", f"finetune.max_eval_examples={holdout}",
-                 f"finetune.train_cuts.{task}={{split: {split}, fraction: {held}, seed: {cut_seed}}}"]
-    if any(e.startswith("finetune.lr=") for e in extra):
-        overrides.append("finetune.lr_by_task={}")  # an lr given here is every task's, over their own
-    overrides += extra
+    overrides = holdout_overrides(task, (split, held, cut_seed), size, epochs, holdout, extra)
     cfg = load_config(REPO / "params.yaml", "default", overrides)
     results = REPO / "results" / "default"
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained or results / "pretrain" / "gpt",
