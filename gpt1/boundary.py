@@ -22,7 +22,7 @@ from gpt1.errors import Gpt1Error, causes
 
 DEBUG_ENV = "GPT1_DEBUG"
 EXIT_INPUT = 1
-EXIT_CONFIG = 2
+EXIT_CONFIG = 2  # a setting or an argument, as argparse exits
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 # What to do about an OSError, by errno; the line names the file before it.
 ERRNO_FIXES = {
@@ -154,7 +154,7 @@ def library_error_line(err: BaseException, args: Namespace) -> str | None:
 
 def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
     """(line, exit code) for a failure a user can cause, or None to let the traceback show."""
-    from gpt1.errors import ConfigError
+    from gpt1.errors import ConfigError, UsageError
     from gpt1.preflight import diagnose_inputs
 
     stage = f"gpt1 {args.command}"
@@ -164,6 +164,8 @@ def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
         return f"{stage}: interrupted; no half-written output was left, rerun to redo or resume", EXIT_INTERRUPTED
     if isinstance(err, ConfigError):
         return f"gpt1: config error: {err}", EXIT_CONFIG
+    if isinstance(err, UsageError):
+        return f"{stage}: error: {err} (see {stage} --help)", EXIT_CONFIG
     if isinstance(err, Gpt1Error):
         return f"{stage}: error: {err}", EXIT_INPUT
     if not isinstance(err, Exception):

@@ -39,12 +39,31 @@ def seed(text: str) -> int:
     return value
 
 
-def default_workers() -> int:
-    """GPT1_WORKERS, else every core this process may use."""
-    value = os.environ.get("GPT1_WORKERS") or str(len(os.sched_getaffinity(0)))
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(f"GPT1_WORKERS={value!r}: expected a number of processes, at least 1")
-    return int(value)
+# --workers: processes for the stages that fan text out to a pool, torch threads for the stages that run a model;
+# the rest run one process on one core and take no --workers.
+POOL_STAGES = frozenset({"clean", "bpe", "encode"})
+TORCH_STAGES = frozenset({"pretrain", "finetune", "layers", "zeroshot"})
+WORKERS_ENV = ("GPT1_WORKERS", "OMP_NUM_THREADS")  # Snakemake sets OMP_NUM_THREADS to a job's threads
+
+
+def env_workers() -> int | None:
+    """GPT1_WORKERS, else OMP_NUM_THREADS (so a Snakemake job's `threads` hold), else None."""
+    for name in WORKERS_ENV:
+        value = os.environ.get(name, "").split(",")[0].strip()  # OpenMP's nested form "4,2": the outer level
+        if value:
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"{name}={value!r}: expected a number of cores to use, at least 1")
+            return int(value)
+    return None
+
+
+def default_workers(command: str) -> int | None:
+    """--workers when not given: the environment's (above), else every core for a pool and torch's own default for
+    a model (None: leave it, torch picks)."""
+    workers = env_workers()
+    if workers is None and command in POOL_STAGES:
+        return len(os.sched_getaffinity(0))
+    return workers
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +78,14 @@ def _stage(sub, name: str, help_text: str, call: Callable, *dirs: tuple[str, str
     _common(parser)
     for flag, what in dirs:
         parser.add_argument(flag, type=Path, required=True, help=what)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="processes to use (default: GPT1_WORKERS or all cores)")
-    parser.set_defaults(call=call)
+    if name in POOL_STAGES:
+        parser.add_argument("--workers", type=int, default=None, help="processes to use (default: GPT1_WORKERS, "
+                            "else OMP_NUM_THREADS, which Snakemake sets to the job's threads, else all cores)")
+    elif name in TORCH_STAGES:
+        parser.add_argument("--workers", type=int, default=None, help="torch threads to use (default: GPT1_WORKERS, "
+                            "else torch's own: OMP_NUM_THREADS, which Snakemake sets to the job's threads, else "
+                            "the cores)")
+    parser.set_defaults(call=call, workers=None)
 
 
 def _fetch(cfg, a) -> None:
@@ -88,9 +112,20 @@ def _encode(cfg, a) -> None:
     encode_stage(cfg, a.tokenizer, a.corpus, a.out, a.workers)
 
 
+def _torch_threads(workers: int | None) -> None:
+    """torch's intra-op threads: --workers (or GPT1_WORKERS, OMP_NUM_THREADS), else torch's default. Set here, not in
+    gpt1.runtime, so that the stages that run no model do not depend on it. A CPU run is bit-reproducible for a given
+    count (gpt1.runtime.default_device)."""
+    if workers is not None:
+        import torch
+
+        torch.set_num_threads(workers)
+
+
 def _pretrain(cfg, a) -> None:
     from gpt1.pretrain import pretrain_stage
 
+    _torch_threads(a.workers)
     pretrain_stage(cfg, a.model, a.ids, a.tokenizer, a.out)
 
 
@@ -103,6 +138,7 @@ def _encode_task(cfg, a) -> None:
 def _finetune(cfg, a) -> None:
     from gpt1.finetune import finetune_stage
 
+    _torch_threads(a.workers)
     finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out, transfer_layers=a.transfer_layers,
                    examples_dir=a.examples)
 
@@ -110,12 +146,14 @@ def _finetune(cfg, a) -> None:
 def _layers(cfg, a) -> None:
     from gpt1.layers import layers_stage
 
+    _torch_threads(a.workers)
     layers_stage(cfg, a.task, a.seed, a.pretrained, a.tokenizer, a.out, a.examples)
 
 
 def _zeroshot(cfg, a) -> None:
     from gpt1.zeroshot import zeroshot_stage
 
+    _torch_threads(a.workers)
     zeroshot_stage(cfg, a.model_dir, a.tokenizer, a.out)
 
 
@@ -134,7 +172,8 @@ def _export(cfg, a) -> None:
 def _show_config(cfg, a) -> None:
     import yaml
 
-    print(yaml.safe_dump({"profile": cfg.profile, "data_mirror": str(cfg.data_mirror), **cfg.p}, sort_keys=False))
+    mirror = None if cfg.data_mirror is None else str(cfg.data_mirror)  # null, not the string "None", when unset
+    print(yaml.safe_dump({"profile": cfg.profile, "data_mirror": mirror, **cfg.p}, sort_keys=False))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,12 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
            "OUT/examples.jsonl and OUT/encoded.json for its fine-tuning and layer jobs.", _encode_task,
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     sub.choices["encode-task"].add_argument("--task", required=True,
-                                            help="one of params.yaml's finetune_tasks, e.g. sst2")
+                                            help="a fine-tuned task of gpt1/tasks.py, e.g. sst2")
     _stage(sub, "finetune", "Fine-tune on one task (one variant, one seed) and evaluate; write OUT/metrics.json, "
            "predictions.jsonl and curves.csv.", _finetune, ("--pretrained", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     finetune = sub.choices["finetune"]
-    finetune.add_argument("--task", required=True, help="one of params.yaml's finetune_tasks, e.g. sst2")
+    finetune.add_argument("--task", required=True, help="a fine-tuned task of gpt1/tasks.py, e.g. sst2")
     finetune.add_argument("--variant", required=True,
                           help="pretrained | scratch | no_aux | lstm (--pretrained: the LSTM's folder) | released "
                                "(--pretrained: a Hugging Face folder or hub id, e.g. openai-community/openai-gpt)")
@@ -197,9 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.params, args.profile, args.overrides)
-    if args.workers is None:
-        args.workers = default_workers()
-    elif args.workers < 1:
+    if args.workers is None and args.command in POOL_STAGES | TORCH_STAGES:
+        args.workers = default_workers(args.command)
+    elif args.workers is not None and args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
         return 2
     check_stage(args)

@@ -48,6 +48,11 @@ class ConfigError(Gpt1Error):
     """A one-line message naming the key and what would be valid."""
 
 
+class UsageError(Gpt1Error):
+    """A command-line argument that argparse cannot check (its valid values live beside the code that uses them):
+    exits 2, as argparse's own errors do."""
+
+
 class CodeDepsError(Exception):
     """The CLI does not declare the command asked for (a typo in a rule, or a command renamed)."""
 

@@ -8,16 +8,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpt1.errors import Gpt1Error
+from gpt1.errors import Gpt1Error, UsageError
 from gpt1.files import write_json
-from gpt1.hf import HF_EXPORT_FILES, save_hf_dir
+from gpt1.hf import save_hf_dir
 
 EXPORT_FORMATS = ("hf",)
-
-
-def export_outputs(out_dir: str | Path) -> list[Path]:
-    """The files `export_stage` writes (for the workflow's declared outputs)."""
-    return [Path(out_dir) / name for name in HF_EXPORT_FILES]
 
 
 def _provenance(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +34,7 @@ def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str 
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if fmt not in EXPORT_FORMATS:
-        raise Gpt1Error(f"--format {fmt!r}: valid formats are {', '.join(EXPORT_FORMATS)}")
+        raise UsageError(f"--format {fmt!r}: valid formats are {', '.join(EXPORT_FORMATS)}")
     if not (model_dir / MODEL_JSON).is_file():
         raise Gpt1Error(f"{model_dir}: no {MODEL_JSON}; pass the output folder of gpt1 pretrain")
     model, meta = load_pretrained(model_dir)

@@ -17,8 +17,7 @@ from gpt1.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_j
 from gpt1.taskdata import part_sha256, part_source
 from gpt1.tokenizer import META_FILE
 
-METRICS_FILE, PREDICTIONS_FILE, CURVES_FILE = layout.FINETUNE_FILES
-OUTPUT_FILES = layout.FINETUNE_FILES
+OUTPUT_FILES = layout.FINETUNE_FILES  # metrics.json, predictions.jsonl, curves.csv
 CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -36,7 +35,7 @@ def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
             for line in result.predictions:
                 write_jsonl_line(handle, line)
         write_csv(curves, CURVE_FIELDS, result.curves)
-        files = {PREDICTIONS_FILE: file_record(predictions), CURVES_FILE: file_record(curves)}
+        files = {layout.PREDICTIONS: file_record(predictions), layout.FINETUNE_CURVES: file_record(curves)}
         write_sealed_json(metrics, {**without_timings(result.metrics), "files": files})
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from tqdm import tqdm
 from gpt1 import metrics as metric_lib
 from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, build_model, config_from_dict, load_pretrained
 from gpt1.config import FinetuneSettings
-from gpt1.errors import FinetuneError
+from gpt1.errors import FinetuneError, UsageError
 from gpt1.files import read_json
 from gpt1.heads import (
     Batch,
@@ -89,7 +90,14 @@ from gpt1.tokenizer import FINETUNE_SPECIALS, GPT1Tokenizer
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has fused AdamW kernels
 RELEASED_HUB_ID = "openai-community/openai-gpt"
-REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
+# A local copy of the released BPE (the hub's files): GPT1_RELEASED_BPE, else ../shared/reference/ beside a checkout.
+RELEASED_BPE_ENV = "GPT1_RELEASED_BPE"
+CHECKOUT_REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
+
+
+def reference_bpe() -> Path:
+    return Path(os.environ.get(RELEASED_BPE_ENV) or CHECKOUT_REFERENCE_BPE)
+
 RELEASED_VOCAB_FILES = (("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt"))
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,7 +124,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 
 def get_variant(name: str) -> Variant:
     if name not in VARIANTS:
-        raise FinetuneError(f"--variant {name!r} is unknown; valid: {', '.join(VARIANTS)}")
+        raise UsageError(f"--variant {name!r} is unknown; valid: {', '.join(VARIANTS)}")
     return VARIANTS[name]
 
 
@@ -146,14 +154,15 @@ def released_tokenizer(source: str, tokenizer_dir: Path | None) -> tuple[GPT1Tok
     files the hub publishes), else from the hub id. Returns (tokenizer, where it came from)."""
     from gpt1.tokenizer import load_released
 
-    candidates = [Path(source), tokenizer_dir, REFERENCE_BPE]
+    reference = reference_bpe()
+    candidates = [Path(source), tokenizer_dir, reference]
     for folder in candidates:
         if folder is not None and _has_released_vocab(Path(folder)):
             return load_released(folder), str(folder)
     if not _is_local(source):
         return load_released(source), source
     raise FinetuneError(f"{source}: no released vocabulary ({' or '.join(' + '.join(p) for p in RELEASED_VOCAB_FILES)})"
-                        f" there, in {tokenizer_dir} or in {REFERENCE_BPE}")
+                        f" there, in {tokenizer_dir} or in {reference} (set {RELEASED_BPE_ENV} to a copy)")
 
 
 def load_tokenizer(variant: Variant, pretrained: str, tokenizer_dir: Path | None) -> tuple[GPT1Tokenizer, str]:

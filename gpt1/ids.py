@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from gpt1.config import DTYPE_MAX_VOCAB
 from gpt1.errors import IdsError
 from gpt1.files import (
     file_record,
@@ -65,7 +64,7 @@ def encode_split(
     """Encode one corpus split (JSON lines of {'id', 'text'}) into `bin_out` and describe it in `header_out`."""
     tok = GPT1Tokenizer.load(tokenizer_dir)
     workers = pool_size(source, workers)
-    if tok.vocab_size > DTYPE_MAX_VOCAB[dtype]:
+    if tok.vocab_size > np.iinfo(dtype).max + 1:  # ids 0 .. max
         raise IdsError(f"encode.dtype: {tok.vocab_size} tokens do not fit {dtype}; use uint32")
     counter = {"documents": 0, "chunks": 0}
     jobs = _jobs(source, str(tokenizer_dir), dtype, chunk_chars, tok.paragraph_separator(), counter)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1 import layout
-from gpt1.errors import ConfigError, Gpt1Error
+from gpt1.errors import ConfigError, UsageError
 from gpt1.files import (
     file_record,
     read_json,
@@ -76,7 +76,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     from gpt1.tracking import stage_run
 
     if task not in CURVE_REPORT:
-        raise Gpt1Error(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
+        raise UsageError(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
     require_files("pretrain", Path(pretrained_dir) / layout.MODEL_JSON)
     n_layer = read_json(Path(pretrained_dir) / layout.MODEL_JSON)["config"]["n_layer"]
     runs, points = {}, []

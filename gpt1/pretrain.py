@@ -134,11 +134,19 @@ class UpdatePlan:
 
 def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_size: int) -> UpdatePlan:
     """total_steps = min(max_steps, floor(epochs * train_tokens / (batch_size * n_ctx))); errors name the keys."""
-    batch, micro = pretrain["batch_size"], pretrain["micro_batch_size"]
-    if batch % (micro * world_size):
+    batch = pretrain["batch_size"]
+    if batch % world_size:
         raise PretrainError(
-            f"pretrain.batch_size={batch} is not a multiple of pretrain.micro_batch_size={micro} x {world_size} "
-            f"process(es); gradient accumulation needs whole micro-batches on every process"
+            f"pretrain.batch_size={batch} does not split evenly over {world_size} processes; use a multiple of "
+            f"{world_size}, or another number of processes"
+        )
+    # micro_batch_size caps a forward pass; with more processes each one's share of the batch can be smaller.
+    micro = min(pretrain["micro_batch_size"], batch // world_size)
+    if (batch // world_size) % micro:
+        raise PretrainError(
+            f"pretrain.micro_batch_size={pretrain['micro_batch_size']} does not divide the {batch // world_size} "
+            f"sequences each of {world_size} processes takes of pretrain.batch_size={batch}; gradient "
+            f"accumulation needs whole micro-batches: use a divisor of {batch // world_size}"
         )
     from_epochs = math.floor(pretrain["epochs"] * train_tokens / (batch * n_ctx))
     total = min(from_epochs, pretrain["max_steps"] or from_epochs)

@@ -5,7 +5,8 @@ The pointer also records the run's settings and their fingerprint: a checkpoint 
 settings, and a refusal names the first key that differs. Each file is checked against the size and sha256 the
 pointer records before anything is restored.
 
-A library module: it knows no params.yaml key, no MLflow and no results path (the folder comes in as an argument).
+A library module: the settings come in as a dict (it names only the three pretrain keys that may differ across a
+resume, RESUME_FREE_KEYS), no MLflow, and no results path (the folder comes in as an argument).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 and the input transformation, and the encoded examples that the encode_task stage writes once per task and every
 fine-tuning, ablation and layer job of that task reads.
 
-A library: it takes a task spec, the fine-tuning data settings (train_cuts, max_train_examples, max_eval_examples)
-as plain values, a tokenizer and n_ctx; it knows nothing of params.yaml, MLflow or the results tree.
+A library: it takes a task spec, the finetune section's data settings (train_cuts, max_train_examples,
+train_examples_by_task, max_eval_examples), which it reads by key and names in its errors, a tokenizer and n_ctx;
+it loads no params.yaml, knows no MLflow, and takes its folders as arguments (the file names come from `layout`).
 
 Data seeds: caps, the narrowing to a smaller cap and Story Cloze's selection slice use DATA_SEED, not the job's
 seed, so every variant and seed of a task sees the same examples and runs stay pairwise comparable.
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gpt1 import layout
-from gpt1.errors import TaskDataError
+from gpt1.errors import TaskDataError, UsageError
 from gpt1.files import (
     file_record,
     read_jsonl,
@@ -34,6 +35,7 @@ from gpt1.files import (
 )
 from gpt1.tasks import (
     FINETUNE_TASKS,
+    TASKS,
     Cut,
     Example,
     LoadedSplit,
@@ -110,9 +112,8 @@ class DataSource:
 def finetune_task(name: str) -> TaskSpec:
     """The spec of a task that is fine-tuned (not an analysis dataset such as DPR), or a one-line refusal."""
     if name not in FINETUNE_TASKS:
-        get_task(name)  # an unknown name: TaskError listing every registered task
-        raise TaskDataError(f"--task {name!r} is an analysis dataset (zero-shot), not fine-tuned; "
-                            f"valid: {', '.join(FINETUNE_TASKS)}")
+        what = "an analysis dataset (zero-shot), not fine-tuned" if name in TASKS else "unknown"
+        raise UsageError(f"--task {name!r} is {what}; valid: {', '.join(FINETUNE_TASKS)}")
     return get_task(name)
 
 

@@ -1,12 +1,14 @@
 """The CLI: one subcommand per stage, each with --help; bad arguments are one clear line."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gpt1.cli import build_parser, main
+from gpt1 import cli
+from gpt1.cli import build_parser, default_workers, main
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ["fetch", "clean", "bpe", "encode", "pretrain", "export", "config"]
@@ -44,5 +46,62 @@ def test_input_errors_print_one_line_without_traceback(tmp_path, capsys, monkeyp
 
 def test_bad_workers(capsys):
     assert main(["config", "--params", str(REPO / "params.yaml")]) == 0
-    assert main(["fetch", "--params", str(REPO / "params.yaml"), "--out", "x", "--workers", "0"]) == 2
+    assert main(["clean", "--params", str(REPO / "params.yaml"), "--raw", "r", "--out", "x", "--workers", "0"]) == 2
     assert "--workers 0" in capsys.readouterr().err
+
+
+def test_workers_only_where_a_stage_uses_them(capsys):
+    """A pool for clean, bpe and encode; torch threads for the model stages; no flag that a stage would ignore."""
+    stages = build_parser()._subparsers._group_actions[0].choices
+    for stage in ("fetch", "encode-task", "report", "export", "config"):
+        assert "--workers" not in stages[stage].format_help()
+    for stage in ("clean", "bpe", "encode"):
+        assert "processes to use" in stages[stage].format_help()
+    for stage in ("pretrain", "finetune", "layers", "zeroshot"):
+        assert "torch threads to use" in stages[stage].format_help()
+    with pytest.raises(SystemExit):
+        main(["fetch", "--out", "x", "--workers", "2"])
+    assert "unrecognized arguments: --workers 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env", "stage", "expected"), [
+    ({}, "bpe", len(os.sched_getaffinity(0))),  # a pool: every core
+    ({}, "finetune", None),  # a model: torch's own default
+    ({"OMP_NUM_THREADS": "3"}, "encode", 3),  # Snakemake's threads for the job
+    ({"OMP_NUM_THREADS": "3,1"}, "pretrain", 3),  # OpenMP's nested form: the outer level
+    ({"OMP_NUM_THREADS": "3", "GPT1_WORKERS": "5"}, "clean", 5),  # GPT1_WORKERS wins
+])
+def test_default_workers(monkeypatch, env, stage, expected):
+    for name in ("GPT1_WORKERS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert default_workers(stage) == expected
+
+
+def test_bad_workers_env_fails_only_the_stages_that_read_it(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("GPT1_WORKERS", "all")
+    assert main(["config", "--params", str(REPO / "params.yaml")]) == 0
+    assert main(["clean", "--params", str(REPO / "params.yaml"), "--raw", str(tmp_path), "--out", "x"]) == 2
+    assert "GPT1_WORKERS='all': expected a number of cores to use" in capsys.readouterr().err
+
+
+def test_torch_stages_set_the_thread_count(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        cli._torch_threads(1)
+        assert torch.get_num_threads() == 1
+        cli._torch_threads(None)  # leaves it
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_config_prints_null_for_no_mirror(capsys, monkeypatch):
+    import yaml
+
+    monkeypatch.delenv("GPT1_DATA_MIRROR", raising=False)
+    assert main(["config", "--params", str(REPO / "params.yaml"), "--profile", "smoke"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["data_mirror"] is None

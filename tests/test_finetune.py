@@ -366,16 +366,17 @@ def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
 
 
 def test_released_variant_reads_a_hugging_face_folder_and_the_released_bpe(tmp_path: Path) -> None:
-    from gpt1.finetuning import REFERENCE_BPE
+    from gpt1.finetuning import reference_bpe
     from gpt1.hf import save_hf_dir
 
-    if not REFERENCE_BPE.is_dir():
-        pytest.skip(f"{REFERENCE_BPE} is absent")
+    reference = reference_bpe()
+    if not reference.is_dir():
+        pytest.skip(f"{reference} is absent")
     torch.manual_seed(0)
     tiny = GPT(GPTConfig(vocab_size=40478, n_ctx=64, n_embd=16, n_layer=1, n_head=2))
     hf_dir = save_hf_dir(tiny, tmp_path / "hf")
     result = finetune_run(finetune_settings(config()), "sst2", "released", 0, hf_dir, None)
-    assert result.metrics["tokenizer"]["source"] == str(REFERENCE_BPE)
+    assert result.metrics["tokenizer"]["source"] == str(reference)
     assert result.metrics["model"]["config"]["vocab_size"] == 40478 + 3
     assert result.metrics["reports"]["sst2"]["counts"]["eval"] == 16
 

@@ -133,13 +133,26 @@ def test_snapshot_steps_are_unique_log_spaced_and_end_at_total(total: int, count
     assert snapshot_steps(1500, 8) == [1, 3, 8, 23, 65, 186, 528, 1500]
 
 
+@pytest.mark.parametrize(("world_size", "micro", "accum"), [(1, 32, 2), (2, 32, 1), (4, 16, 1), (8, 8, 1)])
+def test_micro_batch_caps_each_process_share(world_size, micro, accum) -> None:
+    """The paper profile's 64 sequences (micro-batches of 32) on 1 to 8 GPUs, as the README's torchrun lines run it."""
+    from gpt1.config import load_config
+
+    paper = load_config(REPO / "params.yaml", "paper").section("pretrain")
+    plan = make_plan(paper, 512, 10**9, world_size)
+    assert (plan.batch_size, plan.micro_batch, plan.accum_steps) == (64, micro, accum)
+    assert plan.micro_batch * plan.accum_steps * world_size == plan.batch_size
+
+
 def test_plan_counts_updates_and_names_keys_on_errors() -> None:
     p = dict(PRETRAIN, epochs=2, max_steps=None, batch_size=8, micro_batch_size=2)
     plan = make_plan(p, n_ctx=16, train_tokens=1000, world_size=2)
     assert plan.total_steps == math.floor(2 * 1000 / (8 * 16)) and plan.accum_steps == 2 and plan.per_rank == 4
     assert make_plan(dict(p, max_steps=3), 16, 1000, 1).total_steps == 3
-    with pytest.raises(Gpt1Error, match=r"pretrain\.batch_size=8 .*micro_batch_size=2 x 3"):
+    with pytest.raises(Gpt1Error, match=r"pretrain\.batch_size=8 does not split evenly over 3 processes"):
         make_plan(p, 16, 1000, world_size=3)
+    with pytest.raises(Gpt1Error, match=r"pretrain\.micro_batch_size=16 does not divide the 24 sequences"):
+        make_plan(dict(p, batch_size=48, micro_batch_size=16), 16, 10_000, world_size=2)
     with pytest.raises(Gpt1Error, match=r"pretrain\.epochs.* = 0 updates"):
         make_plan(p, 16, 50, 1)
     with pytest.raises(Gpt1Error, match=r"pretrain\.snapshots=3 .* has 2"):
@@ -185,10 +198,11 @@ def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> 
 def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, mlflow_env: str) -> None:
     from transformers import OpenAIGPTLMHeadModel
 
-    from gpt1.export import export_outputs, export_stage
+    from gpt1.export import export_stage
+    from gpt1.hf import HF_EXPORT_FILES
 
     out = export_stage(tiny_config(), trained_gpt, tmp_path / "hf", "hf")
-    assert all(p.is_file() for p in export_outputs(out))
+    assert all((out / name).is_file() for name in HF_EXPORT_FILES)
     hf = OpenAIGPTLMHeadModel.from_pretrained(out).eval()
     ours, _ = load_pretrained(trained_gpt)
     idx = torch.randint(0, ours.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))

@@ -117,9 +117,7 @@ _TEX = {
     "“": "``",
     "”": "''",
 }
-# The module that rendered the committed tables was gpt1/report.py: the header keeps its name, so that the
-# tables stay byte for byte what they were.
-TEX_HEADER = "% Rendered by gpt1/report.py; needs \\usepackage{booktabs,graphicx}."
+TEX_HEADER = "% Rendered by gpt1 report (gpt1/report/renderers.py); needs \\usepackage{booktabs,graphicx}."
 
 
 def tex(text: str) -> str:
