@@ -463,16 +463,20 @@ def test_resume_after_kill_9_is_bit_identical(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("micro", [2, 8])
 def test_two_process_ddp_matches_one_process(
-    tiny_data: TinyData, subprocess_env: dict[str, str], tmp_path: Path, mlflow_env: str, one_thread: None
+    tiny_data: TinyData, subprocess_env: dict[str, str], tmp_path: Path, mlflow_env: str, one_thread: None, micro: int
 ) -> None:
-    # Global batch 8 = 2 processes x 2 micro-steps x 2 sequences, or 1 process x 4 micro-steps x 2 sequences.
-    batch = ["pretrain.batch_size=8", "pretrain.micro_batch_size=2"]
+    # Global batch 8 = 2 processes x 2 micro-steps x 2 sequences, or 1 process x 4 micro-steps x 2 sequences. With
+    # micro_batch_size 8 each process takes its share of 4 in one micro-batch (the setting caps a process's share),
+    # which is one process's run at micro-batches of 4: dropout masks follow the micro-batches (pretrain.micro_seed).
+    batch = ["pretrain.batch_size=8", f"pretrain.micro_batch_size={micro}"]
+    same_partition = ["pretrain.batch_size=8", f"pretrain.micro_batch_size={min(micro, 4)}"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     ddp = run_cli(subprocess_env, pretrain_args(tiny_data, tmp_path / "ddp", *batch), launcher=torchrun)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     single = tmp_path / "single"
-    pretrain_stage(tiny_config(*batch), "gpt", tiny_data.ids, tiny_data.tokenizer, single)
+    pretrain_stage(tiny_config(*same_partition), "gpt", tiny_data.ids, tiny_data.tokenizer, single)
     a, b = read_curves(tmp_path / "ddp"), read_curves(single)
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for ra, rb in zip(a, b, strict=True):
