@@ -6,7 +6,9 @@ of params.yaml. Validation windows come from pretrain.seed, so every arm is scor
 run's perplexity does not depend on the machine's speed: only the wall times do. Arms run as separate processes,
 `--jobs` at a time with `--threads` torch threads each.
 
-    .venv/bin/python bench/lm_recipe.py --arms baseline,fp32,lr1e-3 --jobs 2 --threads 1
+    .venv/bin/python bench/lm_recipe.py --arms baseline,lr1e-3,lr2e-3+clip+nodrop+fp32 --jobs 2 --threads 1
+    .venv/bin/python bench/lm_recipe.py --arms plain-bf16+nodrop,plain-bf16+nodrop+b16 \\
+        --set pretrain.max_steps=600 --set pretrain.warmup_steps=200     # an @steps arm needs both
 
 Prints one Markdown row per arm: validation perplexity and loss, updates, tokens, wall time, tokens/s, and the
 perplexity ratio to the first arm. Raw results go to bench/results/lm_recipe.jsonl (one line per run).
@@ -72,6 +74,14 @@ def resolve(arm: list[str], extra: list[str]) -> list[str]:
     scaled = [f"{k}={int(v) * factor}" if k in ("pretrain.max_steps", "pretrain.warmup_steps") else f"{k}={v}"
               for k, v in (o.split("=", 1) for o in extra)]
     return scaled + [o for o in arm if not o.startswith("@")]
+
+
+def steps_keys_missing(names: list[str], extra: list[str]) -> list[str]:
+    """The arms with '@steps=K' that would not get the same tokens: --set lacks max_steps or warmup_steps."""
+    given = {o.split("=", 1)[0] for o in extra}
+    if {"pretrain.max_steps", "pretrain.warmup_steps"} <= given:
+        return []
+    return [name for name in names if any(o.startswith("@steps=") for o in ARMS[name])]
 
 
 def run_arm(name: str, extra: list[str], out: Path) -> dict:
@@ -147,6 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in names if n not in ARMS]
     if unknown:
         parser.error(f"unknown arm {unknown[0]!r}; valid: {', '.join(ARMS)}")
+    missing = steps_keys_missing(names, args.extra)
+    if missing:
+        parser.error(f"arm {missing[0]!r} scales pretrain.max_steps and pretrain.warmup_steps (@steps): pass both "
+                     f"with --set, or it trains on fewer tokens than the others")
     print(f"{machine()}; {args.jobs} arm(s) at a time, {args.threads} thread(s) each; extra: {args.extra or 'none'}")
     print("| arm | val ppl | val loss | updates | tokens | wall | tokens/s | ppl vs first |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

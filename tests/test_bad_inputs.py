@@ -519,10 +519,14 @@ CASES = [
                   "raw/raw.manifest.json", None)),
     Case("corpus/raw-changed", clean(), "{w}/raw/raw.jsonl: sha256 differs from the one",
          lambda w: (w / "raw/raw.jsonl").write_bytes((w / "raw/raw.jsonl").read_bytes().replace(b"e", b"a", 1))),
-    Case("corpus/train-cut-mid-line", encode(), "{w}/corpus/train.jsonl:", truncate("corpus/train.jsonl")),
+    Case("corpus/train-cut-mid-line", encode(), "{w}/corpus/train.jsonl: 14579 bytes, but "
+         "{w}/corpus/manifest.json records 29159; the file was changed or truncated, re-run the clean stage",
+         truncate("corpus/train.jsonl")),
     Case("corpus/raw-missing", clean(), "{w}/raw/raw.jsonl: missing; run the fetch stage",
          lambda w: (w / "raw/raw.jsonl").unlink()),
-    Case("corpus/raw-lines-dropped", clean(), "{w}/raw/raw.jsonl", drop_lines("raw/raw.jsonl")),
+    Case("corpus/raw-lines-dropped", clean(), "{w}/raw/raw.jsonl: 13042 bytes, but "
+         "{w}/raw/raw.manifest.json records 36136; the file was changed or truncated, re-run the fetch stage",
+         drop_lines("raw/raw.jsonl")),
     # artifacts of earlier stages
     Case("artifact/ids-header-garbage", pretrain(), "{w}/ids/train.json: not valid JSON",
          write("ids/train.json", "{x")),
@@ -551,7 +555,8 @@ CASES = [
     Case("artifact/ids-header-bad-dtype", pretrain(), "{w}/ids/train.json: dtype 'float7' is not one of uint16",
          lambda w: (w / "ids/train.json").write_text(
              json.dumps({**json.loads((w / "ids/train.json").read_text()), "dtype": "float7"}))),
-    Case("artifact/ids-truncated", pretrain(), "{w}/ids/train.bin: ", truncate("ids/train.bin")),
+    Case("artifact/ids-truncated", pretrain(), "{w}/ids/train.bin: 21883 bytes, header says 21883 "
+         "uint16 tokens (43766 bytes); the file is truncated or stale, re-run gpt1 encode", truncate("ids/train.bin")),
     Case("artifact/weights-truncated", finetune(), "{w}/pretrain/model.safetensors: 16828 bytes, but "
          "{w}/pretrain/model.json records 33656; the file was changed or truncated, re-run the pretrain stage",
          truncate("pretrain/model.safetensors")),
@@ -567,11 +572,14 @@ CASES = [
     Case("artifact/resume-state-pickle", pretrain(), "refused to unpickle it", resume_state_pickle),
     Case("artifact/resume-pointer-garbage", pretrain(), "{w}/pretrain/resume/latest.json: not valid JSON",
          write("pretrain/resume/latest.json", "{")),
-    Case("artifact/ids-out-of-vocabulary", pretrain(), "{w}/ids/train.bin", ids_out_of_vocab),
-    Case("artifact/weights-bit-flipped", export(), "{w}/pretrain/model.safetensors",
+    # Recorded, so that the sha256 check passes and the id check is what refuses it.
+    Case("artifact/ids-out-of-vocabulary", pretrain(), "{w}/ids/train.bin: holds token id 65000, but the vocabulary "
+         "has", recorded(ids_out_of_vocab, "ids/train.bin", "ids/train.json", None)),
+    Case("artifact/ids-changed", pretrain(), "{w}/ids/train.bin: sha256 differs from the one", ids_out_of_vocab),
+    Case("artifact/weights-bit-flipped", export(), "{w}/pretrain/model.safetensors: sha256 differs from the one",
          flip_bit("pretrain/model.safetensors"),
          ),
-    Case("artifact/snapshot-bit-flipped", zeroshot(), "{w}/pretrain/snapshots/00.safetensors",
+    Case("artifact/snapshot-bit-flipped", zeroshot(), "{w}/pretrain/snapshots/00.safetensors: sha256 differs from",
          flip_bit("pretrain/snapshots/00.safetensors")),
     Case("artifact/nan-loss", pretrain(), "the training loss is nan", extra=("--set", "pretrain.lr=1.0e+30"),
          ),

@@ -41,6 +41,7 @@ def test_input_errors_print_one_line_without_traceback(tmp_path, capsys, monkeyp
                  "--corpus", str(tmp_path / "missing"), "--out", str(tmp_path / "tok")])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and "missing" in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "tok").exists()
 
 

@@ -95,20 +95,9 @@ def test_regression_predictions_are_clipped_to_the_score_range() -> None:
 def test_multiple_choice_probabilities_are_a_softmax_over_the_answers() -> None:
     scores = np.array([[0.5, -1.0, 2.0, 0.0], [3.0, 3.0, -2.0, 1.0]])
     decoded = decode(get_task("race"), scores)
-    np.testing.assert_allclose(decoded.probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    softmax = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(decoded.probabilities, softmax, rtol=1e-6)
     assert decoded.predictions.tolist() == [2, 0]
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def test_lr_warms_up_then_decays_linearly_to_zero() -> None:
@@ -251,6 +240,31 @@ def test_story_cloze_evaluates_the_complement_of_its_training_cut(assets: Assets
     assert metrics["train"]["examples"] + selection["slice_examples"] == 16
 
 
+def test_story_cloze_keeps_the_best_epochs_weights(assets: Assets, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Selection on the slice: the first of the best-scoring epochs wins, and the report is scored with its weights."""
+    slice_scores = iter([0.9, 0.3, 0.9])  # epochs 1-3 on the selection slice: epoch 1 is the first of equals
+    states: list[dict[str, torch.Tensor]] = []
+    real_predict, real_score = finetuning.predict, finetuning.score
+
+    def recording_predict(model, *args, **kwargs):
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return real_predict(model, *args, **kwargs)
+
+    def scripted_score(spec, examples, decoded):
+        value = next(slice_scores, None)
+        return {spec.paper_metric: value} if value is not None else real_score(spec, examples, decoded)
+
+    monkeypatch.setattr(finetuning, "predict", recording_predict)
+    monkeypatch.setattr(finetuning, "score", scripted_score)
+    result = finetune_run(finetune_settings(config("finetune.epochs=3")), "story_cloze", "pretrained", 0, assets.gpt,
+                          assets.tokenizer, present=("validation",))
+    assert result.metrics["selection"]["epoch_scores"] == [0.9, 0.3, 0.9]
+    assert result.metrics["selection"]["best_epoch"] == 1
+    after_epoch_1, after_epoch_3, reported = states[0], states[2], states[3]
+    assert all(torch.equal(reported[k], after_epoch_1[k]) for k in reported)
+    assert not all(torch.equal(reported[k], after_epoch_3[k]) for k in reported)
+
+
 def test_a_cut_of_one_report_split_leaves_the_other_whole(assets: Assets) -> None:
     cut = "finetune.train_cuts.mnli={split: validation_matched, fraction: 0.5, seed: 3}"
     result = finetune_run(finetune_settings(config(cut)), "mnli", "pretrained", 0, assets.gpt, assets.tokenizer)
@@ -317,6 +331,14 @@ def test_bad_input_is_refused_before_training_and_leaves_no_output(assets: Asset
     assert_refused(out, "gpt1 bpe", "sst2", "pretrained", 0, assets.gpt, tmp_path / "no_tokenizer")
     assert_refused(out, "transfer_layers", "sst2", "scratch", pretrained_dir=assets.gpt, transfer_layers=1,
                    **common)
+
+
+def test_a_loss_that_is_not_finite_stops_the_job_and_names_the_setting(assets: Assets, mlflow_env: str,
+                                                                        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(Gpt1Error, match=r"update \d+: the loss is (nan|inf|-inf); lower finetune\.lr"):
+        finetune_stage(config("finetune.lr=1.0e30"), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_path: Path) -> None:

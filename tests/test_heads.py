@@ -27,8 +27,8 @@ def tiny_model(tok: GPT1Tokenizer, task: str, kind: str = "gpt") -> FinetuneMode
     torch.manual_seed(0)
     if kind == "gpt":
         lm = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, n_layer=2, n_head=2))
-    else:
-        lm = LSTMLM(LSTMConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, hidden_size=32))
+    else:  # hidden size unlike n_embd, as in the paper's LSTM (and ours): the head must read the hidden state
+        lm = LSTMLM(LSTMConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=24, hidden_size=40))
     add_specials(lm, tok)
     return FinetuneModel(lm, get_task(task), clf_dropout=0.1).eval()
 
@@ -103,9 +103,14 @@ def test_right_padding_changes_nothing_and_targets_skip_it(tok: GPT1Tokenizer) -
 
 def test_lstm_head_reads_its_hidden_state(tok: GPT1Tokenizer) -> None:
     model = tiny_model(tok, "sst2", kind="lstm")
+    assert model.head.linear.in_features == 40  # the LSTM's hidden size, not its n_embd (24)
     batch = batch_of("sst2", [Example(("warm and funny .",), 1, None, 0)], tok)
     losses, outputs = compute_losses(model, batch, 0.5)
     assert outputs.shape == (1, 2) and torch.isfinite(losses.total)
+    with torch.no_grad():
+        states = model.states(batch)  # [sequences, positions, hidden]
+        extract = states[0, batch.lengths[0] - 1]  # the state at the extract token
+        torch.testing.assert_close(model(batch), model.head.linear(extract).unsqueeze(0))
 
 
 def test_special_tokens_get_new_rows_and_old_rows_stay(tok: GPT1Tokenizer) -> None:

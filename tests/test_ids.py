@@ -37,11 +37,20 @@ def test_ids_are_the_documents_joined_by_paragraph_separators(corpus_and_tokeniz
 def test_two_workers_write_the_same_bytes(corpus_and_tokenizer, tmp_path, monkeypatch):
     folder, _ = corpus_and_tokenizer
     monkeypatch.setattr("gpt1.files.SMALL_INPUT_BYTES", 0)  # force the worker pool on a small file
-    encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "1.bin", tmp_path / "1.json", "uint16", 500, 1)
-    encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "2.bin", tmp_path / "2.json", "uint32", 500, 2)
-    one = np.fromfile(tmp_path / "1.bin", dtype=np.uint16)
-    two = np.fromfile(tmp_path / "2.bin", dtype=np.uint32)
-    assert np.array_equal(one, two)
+    for workers in (1, 2):
+        encode_split(folder / "tok", folder / "train.jsonl", tmp_path / f"{workers}.bin", tmp_path / f"{workers}.json",
+                     "uint16", 500, workers)
+    for suffix in ("bin", "json"):
+        assert (tmp_path / f"1.{suffix}").read_bytes() == (tmp_path / f"2.{suffix}").read_bytes()
+
+
+def test_either_dtype_holds_the_same_ids(corpus_and_tokenizer, tmp_path):
+    folder, _ = corpus_and_tokenizer
+    for dtype in ("uint16", "uint32"):
+        encode_split(folder / "tok", folder / "train.jsonl", tmp_path / f"{dtype}.bin", tmp_path / f"{dtype}.json",
+                     dtype, 500, 1)
+    assert np.array_equal(np.fromfile(tmp_path / "uint16.bin", dtype=np.uint16),
+                          np.fromfile(tmp_path / "uint32.bin", dtype=np.uint32))
 
 
 def test_truncated_file_and_wrong_tokenizer_are_refused(corpus_and_tokenizer, tmp_path):
