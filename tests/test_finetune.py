@@ -9,6 +9,7 @@ import csv
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -356,6 +357,25 @@ def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_
     write_json(other / "model.json", {**meta, "tokenizer_sha256": "0" * 64})
     with pytest.raises(Gpt1Error, match="tokenizer sha256"):
         finetune_stage(config(), "sst2", "scratch", 0, other, assets.tokenizer, out)
+
+
+def test_a_checkpoint_the_specials_cannot_fit_is_refused(tok: GPT1Tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=3, n_embd=32, n_layer=1, n_head=2))
+    with pytest.raises(Gpt1Error, match=r"m\.json: n_ctx=3 leaves no room for text beside the 3 specials"):
+        finetuning.check_pair(model, {}, tok, "m.json", "tok/")
+    moved = SimpleNamespace(base_vocab_size=tok.base_vocab_size, specials={n: i for i, n in enumerate(tok.specials)})
+    with pytest.raises(Gpt1Error, match=r"tok/: the tokenizer's specials are .* expected .* right after its"):
+        finetuning.check_pair(model, {}, moved, "m.json", "tok/")
+
+
+def test_story_cloze_needs_an_example_beyond_its_selection_slice() -> None:
+    from gpt1.taskdata import carve_selection
+
+    with pytest.raises(Gpt1Error, match=r"task story_cloze: 1 training example.* leave none after the 1-example "
+                                        r"selection slice; raise finetune\.max_train_examples"):
+        carve_selection(get_task("story_cloze"), _part_of_lengths([5]))
+    train, selection = carve_selection(get_task("story_cloze"), _part_of_lengths([5] * 20))
+    assert (len(train.examples), len(selection.examples)) == (18, 2)
 
 
 def test_a_failure_during_the_run_keeps_the_previous_outputs(assets: Assets, mlflow_env: str, tmp_path: Path,

@@ -53,6 +53,16 @@ def test_either_dtype_holds_the_same_ids(corpus_and_tokenizer, tmp_path):
                           np.fromfile(tmp_path / "uint32.bin", dtype=np.uint32))
 
 
+def test_a_header_without_its_keys_is_refused(corpus_and_tokenizer, tmp_path):
+    folder, _ = corpus_and_tokenizer
+    encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "t.bin", tmp_path / "t.json", "uint16", 1000, 1)
+    header = json.loads((tmp_path / "t.json").read_text())
+    del header["tokens"]
+    (tmp_path / "t.json").write_text(json.dumps(header))
+    with pytest.raises(IdsError, match=r"t\.json: header lacks tokens; re-run gpt1 encode"):
+        load_ids(tmp_path / "t.bin", tmp_path / "t.json")
+
+
 def test_truncated_file_and_wrong_tokenizer_are_refused(corpus_and_tokenizer, tmp_path):
     folder, _ = corpus_and_tokenizer
     encode_split(folder / "tok", folder / "train.jsonl", tmp_path / "t.bin", tmp_path / "t.json", "uint16", 1000, 1)

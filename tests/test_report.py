@@ -332,6 +332,26 @@ def test_a_run_without_its_recipe_is_refused_naming_the_key(tmp_path: Path) -> N
         render_report(config(), results, tmp_path / "out")
 
 
+def test_a_run_of_an_unknown_model_kind_is_refused_naming_the_key(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    broken = metrics_json("rte", "pretrained", 0)
+    broken["model"]["kind"] = "rnn"
+    path = results / "finetune" / "rte" / "pretrained" / "0" / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_sealed_json(path, broken)
+    with pytest.raises(ReportError, match=r"metrics\.json: key 'model\.kind' is 'rnn', expected one of gpt, lstm"):
+        render_report(config(), results, tmp_path / "out")
+
+
+def test_a_paper_table_column_that_is_no_report_is_refused() -> None:
+    from gpt1.report.tables import make_columns
+
+    assert [c.key for c in make_columns("table2", {"columns": [{"key": "rte", "label": "RTE"}]})] == ["rte"]
+    with pytest.raises(ReportError, match=r"key 'tables\.table2\.columns' names 'rtee', which is not a report of "
+                                          r"gpt1/tasks\.py \(valid: "):
+        make_columns("table2", {"columns": [{"key": "rtee", "label": "RTE"}]})
+
+
 def test_footnotes_name_the_split_the_cut_and_the_glue_server(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "out"
     write_metrics(results, "mnli", "pretrained", 0, cut=MNLI_CUT)

@@ -97,7 +97,9 @@ def test_mlflow_in_the_repo_root_lists_every_stage(smoke_run):
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     experiment = client.get_experiment_by_name("gpt1")
     runs = client.search_runs([experiment.experiment_id])
-    assert {r.data.tags["gpt1.stage"] for r in runs} >= {"fetch", "clean", "bpe", "encode"}
+    assert {r.data.tags["gpt1.stage"] for r in runs} >= {"fetch", "clean", "bpe", "encode", "pretrain-gpt",
+                                                        "pretrain-lstm", "encode_task", "finetune", "zeroshot",
+                                                        "layers", "report"}
     assert all(r.info.status == "FINISHED" and r.data.tags["gpt1.profile"] == "smoke" for r in runs)
     encode = next(r for r in runs if r.data.tags["gpt1.stage"] == "encode")
     assert encode.data.metrics["train_tokens"] > 10_000 and "gpt1.tokenizer_sha256" in encode.data.tags
@@ -241,8 +243,8 @@ def test_mlflow_ui_lists_the_runs_grouped_under_the_report(smoke_run):
         server.wait(timeout=30)
     tags = [{t["key"]: t["value"] for t in run_["data"].get("tags", [])} for run_ in runs]
     stages = {t["gpt1.stage"] for t in tags}
-    expected = {"fetch", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "encode_task", "finetune", "zeroshot",
-                "layers", "report"}
+    expected = {"fetch", "clean", "bpe", "encode", "pretrain-gpt", "pretrain-lstm", "encode_task", "finetune",
+                "zeroshot", "layers", "report"}
     assert expected <= stages
     report_ids = {r["info"]["run_id"] for r, t in zip(runs, tags, strict=True) if t["gpt1.stage"] == "report"}
     # Each invocation's runs hang under that invocation's report run.
