@@ -67,10 +67,15 @@ ARMS: dict[str, list[str]] = {
 RESULTS = Path(__file__).with_name("results") / "lm_recipe.jsonl"
 
 
+def steps_factor(arm: list[str]) -> int:
+    """K of the arm's '@steps=K' (1 without one)."""
+    return next((int(o.split("=")[1]) for o in arm if o.startswith("@steps=")), 1)
+
+
 def resolve(arm: list[str], extra: list[str]) -> list[str]:
     """The arm's overrides after the shared ones; '@steps=K' scales the shared max_steps and warmup_steps by K (a
     smaller batch gets more updates for the same tokens: pass both with --set)."""
-    factor = next((int(o.split("=")[1]) for o in arm if o.startswith("@steps=")), 1)
+    factor = steps_factor(arm)
     scaled = [f"{k}={int(v) * factor}" if k in ("pretrain.max_steps", "pretrain.warmup_steps") else f"{k}={v}"
               for k, v in (o.split("=", 1) for o in extra)]
     return scaled + [o for o in arm if not o.startswith("@")]
@@ -81,7 +86,7 @@ def steps_keys_missing(names: list[str], extra: list[str]) -> list[str]:
     given = {o.split("=", 1)[0] for o in extra}
     if {"pretrain.max_steps", "pretrain.warmup_steps"} <= given:
         return []
-    return [name for name in names if any(o.startswith("@steps=") for o in ARMS[name])]
+    return [name for name in names if steps_factor(ARMS[name]) != 1]
 
 
 def run_arm(name: str, extra: list[str], out: Path) -> dict:

@@ -87,7 +87,7 @@ def test_bad_workers_env_fails_only_the_stages_that_read_it(monkeypatch, tmp_pat
     assert "GPT1_WORKERS='all': expected a number of cores to use" in capsys.readouterr().err
 
 
-def test_torch_stages_set_the_thread_count(monkeypatch):
+def test_torch_stages_set_the_thread_count():
     import torch
 
     before = torch.get_num_threads()
