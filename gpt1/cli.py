@@ -125,7 +125,6 @@ def _torch_threads(workers: int | None) -> None:
 def _pretrain(cfg, a) -> None:
     from gpt1.pretrain import pretrain_stage
 
-    _torch_threads(a.workers)
     pretrain_stage(cfg, a.model, a.ids, a.tokenizer, a.out)
 
 
@@ -138,7 +137,6 @@ def _encode_task(cfg, a) -> None:
 def _finetune(cfg, a) -> None:
     from gpt1.finetune import finetune_stage
 
-    _torch_threads(a.workers)
     finetune_stage(cfg, a.task, a.variant, a.seed, a.pretrained, a.tokenizer, a.out, transfer_layers=a.transfer_layers,
                    examples_dir=a.examples)
 
@@ -146,14 +144,12 @@ def _finetune(cfg, a) -> None:
 def _layers(cfg, a) -> None:
     from gpt1.layers import layers_stage
 
-    _torch_threads(a.workers)
     layers_stage(cfg, a.task, a.seed, a.pretrained, a.tokenizer, a.out, a.examples)
 
 
 def _zeroshot(cfg, a) -> None:
     from gpt1.zeroshot import zeroshot_stage
 
-    _torch_threads(a.workers)
     zeroshot_stage(cfg, a.model_dir, a.tokenizer, a.out)
 
 
@@ -241,6 +237,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.workers is not None and args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
         return 2
+    if args.command in TORCH_STAGES:
+        _torch_threads(args.workers)
     check_stage(args)
     args.call(cfg, args)
     return 0

@@ -93,11 +93,6 @@ RELEASED_HUB_ID = "openai-community/openai-gpt"
 # A local copy of the released BPE (the hub's files): GPT1_RELEASED_BPE, else ../shared/reference/ beside a checkout.
 RELEASED_BPE_ENV = "GPT1_RELEASED_BPE"
 CHECKOUT_REFERENCE_BPE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
-
-
-def reference_bpe() -> Path:
-    return Path(os.environ.get(RELEASED_BPE_ENV) or CHECKOUT_REFERENCE_BPE)
-
 RELEASED_VOCAB_FILES = (("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt"))
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -143,6 +138,10 @@ def _require_pretrain_files(folder: Path, variant: Variant) -> None:
 def _is_local(source: str) -> bool:
     """A path rather than a hub id ('org/name'): absolute, relative with ./.., or deeper than org/name."""
     return Path(source).exists() or source.startswith((".", "/", "~")) or source.count("/") > 1
+
+
+def reference_bpe() -> Path:
+    return Path(os.environ.get(RELEASED_BPE_ENV) or CHECKOUT_REFERENCE_BPE)
 
 
 def _has_released_vocab(folder: Path) -> bool:
