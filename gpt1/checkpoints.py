@@ -95,10 +95,14 @@ def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def weights_metadata(kind: str, config: GPTConfig | LSTMConfig, tokenizer_sha256: str, step: int,
-                     tokens: int) -> dict[str, str]:
-    """Stored in every weights file, so a snapshot alone says what it is."""
-    return {"kind": kind, "config": json.dumps(dataclasses.asdict(config)), "tokenizer_sha256": tokenizer_sha256,
+                     tokens: int, numerics: dict[str, Any] | None = None) -> dict[str, str]:
+    """Stored in every weights file, so a snapshot alone says what it is (and what it was computed with,
+    gpt1.numerics)."""
+    meta = {"kind": kind, "config": json.dumps(dataclasses.asdict(config)), "tokenizer_sha256": tokenizer_sha256,
             "step": str(step), "tokens": str(tokens)}
+    if numerics is not None:
+        meta["numerics"] = json.dumps(numerics, sort_keys=True)
+    return meta
 
 
 def canonical_safetensors(data: bytes) -> bytes:
@@ -169,7 +173,8 @@ def _model_from_weights(path: Path, meta: dict[str, Any] | None,
     if "config" in file_meta and "kind" in file_meta:
         kind, values = file_meta["kind"], json.loads(file_meta["config"])
         info = {"kind": kind, "config": values, "tokenizer_sha256": file_meta.get("tokenizer_sha256"),
-                "step": int(file_meta.get("step", 0)), "tokens": int(file_meta.get("tokens", 0))}
+                "step": int(file_meta.get("step", 0)), "tokens": int(file_meta.get("tokens", 0)),
+                "numerics": json.loads(file_meta["numerics"]) if "numerics" in file_meta else None}
         if meta is not None and (meta.get("kind"), meta.get("config")) != (kind, values):
             diff = first_difference({"kind": meta.get("kind"), "config": meta.get("config")},
                                     {"kind": kind, "config": values})
@@ -212,14 +217,15 @@ def _load_hf_model(source: str | Path, path: Path) -> tuple[nn.Module, dict[str,
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{source}: cannot load as a Hugging Face OpenAIGPT model ({err})") from err
     meta = {"kind": "gpt", "config": dataclasses.asdict(model.config), "tokenizer_sha256": None, "step": None,
-            "tokens": None, "source": str(source)}
+            "tokens": None, "numerics": None, "source": str(source)}
     return model, meta
 
 
 def load_pretrained(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """(model in eval mode, meta) from: a pretrain out_dir (model.safetensors + model.json), one weights file
     (a snapshot such as OUT/snapshots/03.safetensors), a Hugging Face directory (config.json), or a hub id.
-    meta holds kind, config, tokenizer_sha256, step, tokens and source (None where unknown, e.g. for HF)."""
+    meta holds kind, config, tokenizer_sha256, step, tokens, numerics (gpt1.numerics' record) and source (None
+    where unknown, e.g. for HF)."""
     path = Path(source)
     if path.is_dir() and (path / MODEL_JSON).is_file():
         meta = read_json(path / MODEL_JSON)

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from gpt1 import numerics
 from gpt1.boundary import killable, report
 from gpt1.config import load_config
-from gpt1.errors import ConfigError
+from gpt1.errors import ConfigError, UsageError
 from gpt1.preflight import check_stage
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
@@ -82,9 +83,10 @@ def _stage(sub, name: str, help_text: str, call: Callable, *dirs: tuple[str, str
         parser.add_argument("--workers", type=int, default=None, help="processes to use (default: GPT1_WORKERS, "
                             "else OMP_NUM_THREADS, which Snakemake sets to the job's threads, else all cores)")
     elif name in TORCH_STAGES:
-        parser.add_argument("--workers", type=int, default=None, help="torch threads to use (default: GPT1_WORKERS, "
-                            "else torch's own: OMP_NUM_THREADS, which Snakemake sets to the job's threads, else "
-                            "the cores)")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="torch threads when the profile is not pinned (a pinned one computes with "
+                                 "cpu.threads; default: GPT1_WORKERS, else torch's own: OMP_NUM_THREADS, which "
+                                 "Snakemake sets to the job's threads, else the cores)")
     parser.set_defaults(call=call, workers=None)
 
 
@@ -110,16 +112,6 @@ def _encode(cfg, a) -> None:
     from gpt1.encode import encode_stage
 
     encode_stage(cfg, a.tokenizer, a.corpus, a.out, a.workers)
-
-
-def _torch_threads(workers: int | None) -> None:
-    """torch's intra-op threads: --workers (or GPT1_WORKERS, OMP_NUM_THREADS), else torch's default. Set here, not in
-    gpt1.runtime, so that the stages that run no model do not depend on it. A CPU run is bit-reproducible for a given
-    count (gpt1.runtime.default_device)."""
-    if workers is not None:
-        import torch
-
-        torch.set_num_threads(workers)
 
 
 def _pretrain(cfg, a) -> None:
@@ -230,15 +222,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _model_threads(cpu: dict, workers: int | None, explicit: bool) -> int | None:
+    """A model stage's torch threads: the profile's cpu.threads when pinned (the bytes depend on it, so neither
+    --cores nor the machine may change it), else --workers / GPT1_WORKERS / OMP_NUM_THREADS, else torch's own."""
+    if not cpu["pinned"]:
+        return workers
+    if explicit and workers != cpu["threads"]:
+        raise UsageError(f"--workers {workers}: the profile pins every model job to cpu.threads={cpu['threads']} "
+                         f"(cpu.pinned: true, the same bytes on every host); use --set cpu.threads={workers} "
+                         f"(other bytes, as reproducible) or --set cpu.pinned=false (the host's speed)")
+    if workers is not None and workers != cpu["threads"]:
+        print(f"gpt1: computing with cpu.threads={cpu['threads']} torch threads (pinned), not the "
+              f"{workers} of the environment", file=sys.stderr)
+    return cpu["threads"]
+
+
 def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.params, args.profile, args.overrides)
+    cpu = cfg.section("cpu")
+    if cpu["pinned"]:
+        numerics.pin_environment()  # before any stage module loads torch: the libraries read it once
+    explicit = args.workers is not None
     if args.workers is None and args.command in POOL_STAGES | TORCH_STAGES:
         args.workers = default_workers(args.command)
     elif args.workers is not None and args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
         return 2
     if args.command in TORCH_STAGES:
-        _torch_threads(args.workers)
+        args.workers = _model_threads(cpu, args.workers, explicit)
+        numerics.apply(cpu["pinned"], args.workers)
     check_stage(args)
     args.call(cfg, args)
     return 0

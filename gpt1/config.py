@@ -209,6 +209,7 @@ def check_semantics(root: dict[str, Any]) -> None:
             )
         for kind in (None, *(prof["pretrain"].get("by_model") or {})):
             _check_batches(prof["pretrain"], kind, f"profiles.{name}.pretrain")
+        _check_pinned(prof, name)
         bpe, dtype = prof["bpe"], prof["encode"]["dtype"]
         # Upper bound of the vocabulary: specials, each base character alone and with </w>, one token per merge.
         bound = N_SPECIAL_TOKENS + 2 * bpe["limit_alphabet"] + bpe["merges"]
@@ -216,6 +217,22 @@ def check_semantics(root: dict[str, Any]) -> None:
             raise ConfigError(
                 f"profiles.{name}.bpe.merges: a vocabulary of up to {bound} tokens does not fit "
                 f"encode.dtype={dtype} (max {DTYPE_MAX_VOCAB[dtype]}); lower merges or use dtype uint32"
+            )
+
+
+def _check_pinned(prof: dict[str, Any], name: str) -> None:
+    """A pinned profile computes in fp32: bf16 matrix products have no AVX2 kernel (about 60x slower than fp32 under
+    the pin; BENCHMARKS.md "Pinned kernels"). auto is fp32 on a CPU."""
+    if not prof["cpu"]["pinned"]:
+        return
+    if prof["cpu"]["threads"] is None:
+        raise ConfigError(f"profiles.{name}.cpu.threads: null with cpu.pinned: true; give the threads every model "
+                          f"job computes with (the bytes depend on it), e.g. 1")
+    for section in ("pretrain", "finetune"):
+        if prof[section]["precision"] == "bf16":
+            raise ConfigError(
+                f"profiles.{name}.{section}.precision: bf16 with cpu.pinned: true has no AVX2 kernel (about 60x "
+                f"slower than fp32); use auto (fp32 on a CPU, bf16 on CUDA) or fp32, or set cpu.pinned: false"
             )
 
 

@@ -14,6 +14,7 @@ from gpt1 import layout
 from gpt1.config import finetune_settings
 from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_jsonl_line, write_sealed_json
 from gpt1.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_job
+from gpt1.numerics import Numerics, in_effect, note_upstream
 from gpt1.taskdata import part_sha256, part_source
 from gpt1.tokenizer import META_FILE
 
@@ -28,15 +29,16 @@ def declared_outputs(out_dir: str | Path) -> list[Path]:
     return [Path(out_dir) / name for name in OUTPUT_FILES]
 
 
-def write_outputs(out_dir: Path, result: FinetuneResult) -> None:
-    """metrics.json, predictions.jsonl, curves.csv: temp names, renamed together at the end."""
+def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> None:
+    """metrics.json (with the numerics the job computed with), predictions.jsonl, curves.csv: temp names, renamed
+    together at the end."""
     with staged_outputs(*declared_outputs(out_dir)) as (metrics, predictions, curves):
         with open(predictions, "w", encoding="utf-8") as handle:
             for line in result.predictions:
                 write_jsonl_line(handle, line)
         write_csv(curves, CURVE_FIELDS, result.curves)
         files = {layout.PREDICTIONS: file_record(predictions), layout.FINETUNE_CURVES: file_record(curves)}
-        write_sealed_json(metrics, {**without_timings(result.metrics), "files": files})
+        write_sealed_json(metrics, {**without_timings(result.metrics), "numerics": numerics.to_json(), "files": files})
 
 
 def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
@@ -77,6 +79,7 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
     out = Path(out_dir)
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained_dir, tokenizer_dir,
                       transfer_layers=transfer_layers, examples_dir=examples_dir)
+    numerics = job_numerics(job)
     with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg),
                    name=run_name(job)) as run:
         splits = ",".join(p.name for p in job.evals)
@@ -85,12 +88,21 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
                       "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
         _log_inputs(run, job)
         result = finetune_job(job, _mlflow_curves(run))
-        write_outputs(out, result)
+        write_outputs(out, result, numerics)
         run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
         for name in OUTPUT_FILES:
             run.log_artifact(out / name)
         _log_model(run, job, cfg, result.metrics["updates"])
     return result.metrics
+
+
+def job_numerics(job: FinetuneJob) -> Numerics:
+    """The numerics this job computes with; one line on stderr when the weights it starts from were computed with
+    others (a checkpoint variant: scratch takes only the config, released weights record none)."""
+    numerics = in_effect(next(job.model.parameters()).device.type)
+    if job.variant.init == "checkpoint":
+        note_upstream(numerics, job.meta.get("numerics"), str(job.meta.get("source")))
+    return numerics
 
 
 def run_name(job: FinetuneJob) -> str:
@@ -118,4 +130,5 @@ def _log_model(run: Any, job: FinetuneJob, cfg: Any, updates: int) -> None:
     log_task_model(run, job.model, job.spec, job.variant.name, clf_dropout, tokenizer_dir, updates)
 
 
-__all__ = ["CURVE_FIELDS", "OUTPUT_FILES", "declared_outputs", "finetune_stage", "run_name", "write_outputs"]
+__all__ = ["CURVE_FIELDS", "OUTPUT_FILES", "declared_outputs", "finetune_stage", "job_numerics", "run_name",
+           "write_outputs"]

@@ -73,12 +73,17 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     encoded examples in `examples_dir` (the encode_task stage), else loaded here."""
     from gpt1.config import finetune_settings
     from gpt1.finetuning import finetune_run
+    from gpt1.numerics import in_effect, note_upstream
+    from gpt1.runtime import default_device
     from gpt1.tracking import stage_run
 
     if task not in CURVE_REPORT:
         raise UsageError(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
     require_files("pretrain", Path(pretrained_dir) / layout.MODEL_JSON)
-    n_layer = read_json(Path(pretrained_dir) / layout.MODEL_JSON)["config"]["n_layer"]
+    pretrained = read_json(Path(pretrained_dir) / layout.MODEL_JSON)
+    n_layer = pretrained["config"]["n_layer"]
+    numerics = in_effect(default_device().type)
+    note_upstream(numerics, pretrained.get("numerics"), str(pretrained_dir))
     runs, points = {}, []
     caps = layer_caps(cfg, task)  # a bad cap fails here, before any fine-tuning
     settings = finetune_settings(cfg)
@@ -101,6 +106,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
         with staged_outputs(out_dir / layout.LAYERS_JSON, out_dir / layout.LAYERS_CSV) as (json_tmp, csv_tmp):
             write_csv(csv_tmp, FIELDS, points)
             write_sealed_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
-                                         "runs": runs, "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
+                                         "runs": runs, "numerics": numerics.to_json(),
+                                         "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
         run.log_artifact(out_dir / layout.LAYERS_CSV)
     return points

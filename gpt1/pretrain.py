@@ -64,6 +64,7 @@ from gpt1.errors import PretrainError
 from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_json, write_sealed_json
 from gpt1.ids import TokenIds, WindowSampler, load_ids, read_windows, validation_offsets
 from gpt1.model import GPTConfig, LSTMConfig, flops_per_token
+from gpt1.numerics import Numerics, in_effect
 from gpt1.resume import RESUME_DIR, Progress, atomic_write, load_checkpoint, run_settings, save_checkpoint
 from gpt1.runtime import (
     Runtime,
@@ -338,6 +339,7 @@ class PretrainJob:
     progress: Progress
     dtype: torch.dtype | None
     compiled: bool
+    numerics: Numerics
     resumed_from: int = 0
     last_checkpoint: int = 0  # step of the newest checkpoint on disk (named when a NaN stops the run)
 
@@ -346,7 +348,8 @@ class PretrainJob:
         return self.out_dir / RESUME_DIR
 
     def metadata(self, step: int) -> dict[str, str]:
-        return weights_metadata(self.kind, self.config, self.tokenizer_sha256, step, step * self.plan.tokens_per_step)
+        return weights_metadata(self.kind, self.config, self.tokenizer_sha256, step, step * self.plan.tokens_per_step,
+                                self.numerics.to_json())
 
 
 def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> PretrainJob:
@@ -362,7 +365,9 @@ def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Pa
     for split, ids in splits.items():
         check_ids(ids, ids_dir / f"{split}.bin", config)
     plan = make_plan(pretrain, config.n_ctx, len(splits["train"]), rt.world_size)
-    settings = run_settings(kind, config, pretrain, sha, {s: ids.header for s, ids in splits.items()})
+    numerics = in_effect(rt.device.type)
+    settings = run_settings(kind, config, pretrain, sha, {s: ids.header for s, ids in splits.items()},
+                            numerics.to_json())
 
     configure_device(rt.device)
     torch.manual_seed(pretrain["seed"])  # the same initial weights on every process (DDP also broadcasts rank 0's)
@@ -376,7 +381,7 @@ def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Pa
                        val_ids=splits["validation"], out_dir=out_dir, plan=plan, rt=rt, settings=settings, raw=raw,
                        optimizer=optimizer, scheduler=scheduler, sampler=sampler, progress=progress or Progress(),
                        dtype=resolve_precision(pretrain["precision"], rt.device),
-                       compiled=resolve_compile(pretrain["compile"], rt.device), resumed_from=start,
+                       compiled=resolve_compile(pretrain["compile"], rt.device), numerics=numerics, resumed_from=start,
                        last_checkpoint=start)
 
 
@@ -507,7 +512,7 @@ def finish(job: PretrainJob, run: Any | None) -> dict[str, Any]:
         "world_size": job.rt.world_size,
     }
     model_meta = {"kind": job.kind, "config": dataclasses.asdict(job.config), "tokenizer_sha256": job.tokenizer_sha256,
-                  "step": plan.total_steps, "tokens": tokens}
+                  "step": plan.total_steps, "tokens": tokens, "numerics": job.numerics.to_json()}
     paths = declared_outputs(job.out_dir, len(plan.snapshots))
     with staged_outputs(*paths) as temps:
         save_weights(job.raw, temps[0], job.metadata(plan.total_steps))
@@ -530,7 +535,8 @@ def _params(job: PretrainJob) -> dict[str, Any]:
     return {"kind": job.kind, "model": dataclasses.asdict(job.config), "pretrain": job.pretrain,
             "plan": {"total_steps": job.plan.total_steps, "accum_steps": job.plan.accum_steps,
                      "world_size": job.rt.world_size, "snapshots": list(job.plan.snapshots)},
-            "device": str(job.rt.device), "autocast": str(job.dtype), "compiled": job.compiled}
+            "device": str(job.rt.device), "autocast": str(job.dtype), "compiled": job.compiled,
+            "numerics": job.numerics.describe()}
 
 
 def _log_inputs(run: Any, job: PretrainJob, ids_dir: Path) -> None:

@@ -66,14 +66,16 @@ class Progress:
 
 
 def run_settings(kind: str, config: GPTConfig | LSTMConfig, pretrain: dict[str, Any], tokenizer_sha256: str,
-                 headers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Everything that decides the trajectory of a run; a checkpoint only resumes a run with equal settings."""
+                 headers: dict[str, dict[str, Any]], numerics: dict[str, Any]) -> dict[str, Any]:
+    """Everything that decides the trajectory of a run, the numerics it computes with included (gpt1.numerics);
+    a checkpoint only resumes a run with equal settings."""
     settings = {
         "kind": kind,
         "model": dataclasses.asdict(config),
         "pretrain": {k: v for k, v in pretrain.items() if k not in RESUME_FREE_KEYS},
         "tokenizer_sha256": tokenizer_sha256,
         "ids": headers,
+        "numerics": numerics,
     }
     return json.loads(json.dumps(settings))  # tuples -> lists, as they come back from JSON
 

@@ -413,15 +413,18 @@ def _quiet_mlflow() -> Iterator[None]:
 @contextlib.contextmanager
 def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, Any],
               name: str | None = None) -> Iterator[StageRun]:
-    """An MLflow run for one stage execution, tagged with stage, profile, commit and pipeline run; `name` says what
+    """An MLflow run for one stage execution, tagged with stage, profile, commit, pipeline run and the machine it ran
+    on (gpt1.numerics.machine_tags: processor, instruction sets, kernels and threads in use, torch); `name` says what
     it is in `mlflow ui` (e.g. "finetune sst2 pretrained seed0"), the stage's name by default."""
     from mlflow.tracking import MlflowClient
+
+    from gpt1.numerics import machine_tags
 
     check_store()
     experiment_id = ensure_experiment(experiment)
     with _translated():
         client = MlflowClient(tracking_uri())
-    tags = {"gpt1.stage": stage, "gpt1.profile": profile, "mlflow.source.git.commit": git_commit()}
+    tags = {"gpt1.stage": stage, "gpt1.profile": profile, "mlflow.source.git.commit": git_commit(), **machine_tags()}
     if os.environ.get(PIPELINE_RUN_ENV):
         tags["gpt1.pipeline_run"] = os.environ[PIPELINE_RUN_ENV]
     run = _retry(lambda: client.create_run(experiment_id, tags=tags, run_name=name or stage))

@@ -36,6 +36,7 @@ from gpt1.checkpoints import MODEL_FILE, MODEL_JSON, SNAPSHOT_DIR, SNAPSHOT_INDE
 from gpt1.errors import ZeroshotError
 from gpt1.files import file_record, read_json, require_files, staged_outputs, write_csv, write_sealed_json
 from gpt1.metrics import accuracy, bootstrap_se, matthews, paired_bootstrap
+from gpt1.numerics import in_effect, note_upstream
 from gpt1.runtime import default_device
 from gpt1.scoring import BATCH_TOKENS, fit_context, score_continuations
 from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES
@@ -458,6 +459,8 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     n_ctx = int(meta["config"]["n_ctx"])
     tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
     device = default_device()  # the snapshots are scored where fine-tuning would run
+    numerics = in_effect(device.type)
+    note_upstream(numerics, meta.get("numerics"), str(model_dir))
     kind = meta["kind"]
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
@@ -480,6 +483,7 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
             "model_kind": kind, "model_dir": str(model_dir), "profile": cfg.profile, "n_ctx": n_ctx,
             "tokenizer_sha256": tokenizer.fingerprint(), "zeroshot": cfg.section("zeroshot"),
             "references": references, "tasks": {t.name: t.info for t in tasks}, "snapshots": entries,
+            "numerics": numerics.to_json(),
             "notes": [
                 "No fine-tuning: the pre-trained language model alone, with no special tokens (the LM never saw them).",
                 "CoLA: the threshold is chosen separately for every snapshot on a seeded subset of the train split "

@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from gpt1.numerics import PINNED_ENV
+
 # Before any test module imports gpt1 (and so tqdm, which reads this once, at import): progress bars would be lines
 # in the stderr that tests read. Set here, it holds whatever the order of the test files, for every test of the
 # session and for the pipelines they start (their logs then hold no progress bars).
 os.environ.setdefault("TQDM_DISABLE", "1")
+# The kernels of the pinned profiles (gpt1.numerics), set before anything imports torch: the tests that run stages
+# in this process compute as the `gpt1` children do, on whatever host the suite runs.
+os.environ.update(PINNED_ENV)
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
@@ -38,6 +43,15 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
     import json
 
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pinned_process() -> None:
+    """This process computes as a pinned profile's stage does (oneDNN off, one thread), so what the tests make in
+    process is what a `gpt1` child of the smoke profile would make, and reads as such."""
+    from gpt1 import numerics
+
+    numerics.apply(True, 1)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import pytest
 
 from gpt1 import cli
 from gpt1.cli import build_parser, default_workers, main
+from gpt1.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ["fetch", "clean", "bpe", "encode", "pretrain", "export", "config"]
@@ -59,7 +60,7 @@ def test_workers_only_where_a_stage_uses_them(capsys):
     for stage in ("clean", "bpe", "encode"):
         assert "processes to use" in stages[stage].format_help()
     for stage in ("pretrain", "finetune", "layers", "zeroshot"):
-        assert "torch threads to use" in stages[stage].format_help()
+        assert "torch threads when the profile is not pinned" in stages[stage].format_help()
     with pytest.raises(SystemExit):
         main(["fetch", "--out", "x", "--workers", "2"])
     assert "unrecognized arguments: --workers 2" in capsys.readouterr().err
@@ -87,17 +88,29 @@ def test_bad_workers_env_fails_only_the_stages_that_read_it(monkeypatch, tmp_pat
     assert "GPT1_WORKERS='all': expected a number of cores to use" in capsys.readouterr().err
 
 
-def test_torch_stages_set_the_thread_count():
-    import torch
+def test_model_threads_pinned_and_unpinned(capsys):
+    """Pinned: cpu.threads whatever the environment asks (one line says so); an explicit --workers that differs is
+    refused with the settings that would do it. Unpinned: what was asked, None leaving torch's choice."""
+    pinned = {"pinned": True, "threads": 1}
+    assert cli._model_threads(pinned, None, explicit=False) == 1
+    assert cli._model_threads(pinned, 1, explicit=True) == 1
+    assert cli._model_threads(pinned, 2, explicit=False) == 1
+    note = "computing with cpu.threads=1 torch threads (pinned), not the 2 of the environment"
+    assert note in capsys.readouterr().err
+    with pytest.raises(UsageError, match=r"--workers 2: the profile pins every model job to cpu.threads=1.*"
+                                         r"--set cpu.threads=2.*--set cpu.pinned=false"):
+        cli._model_threads(pinned, 2, explicit=True)
+    unpinned = {"pinned": False, "threads": None}
+    assert cli._model_threads(unpinned, 3, explicit=True) == 3
+    assert cli._model_threads(unpinned, None, explicit=False) is None
 
-    before = torch.get_num_threads()
-    try:
-        cli._torch_threads(1)
-        assert torch.get_num_threads() == 1
-        cli._torch_threads(None)  # leaves it
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+
+def test_explicit_workers_against_the_pin_exit_2(capsys, tmp_path):
+    code = main(["finetune", "--params", str(REPO / "params.yaml"), "--profile", "smoke", "--workers", "2",
+                 "--task", "rte", "--variant", "scratch", "--seed", "0", "--pretrained", str(tmp_path),
+                 "--tokenizer", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "--workers 2: the profile pins every model job to cpu.threads=1" in capsys.readouterr().err
 
 
 def test_config_prints_null_for_no_mirror(capsys, monkeypatch):

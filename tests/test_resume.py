@@ -48,8 +48,11 @@ class Sampler:
         return int(torch.randint(0, 1000, (), generator=self.generator))
 
 
+NUMERICS = {"device": "cpu", "isa": "avx2", "threads": 1, "torch": "2.13.0"}
+
+
 def settings(**pretrain: object) -> dict:
-    return run_settings("gpt", CONFIG, {**PRETRAIN, **pretrain}, "f" * 64, {"train": {"tokens": 100}})
+    return run_settings("gpt", CONFIG, {**PRETRAIN, **pretrain}, "f" * 64, {"train": {"tokens": 100}}, NUMERICS)
 
 
 def training(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.files import read_sealed_json, verify_file
+from gpt1.numerics import Numerics
 from gpt1.significance import read_predictions
 from gpt1.tasks import get_task
 
@@ -200,6 +202,7 @@ class Run:
     cut: str | None  # the training cut's description, e.g. "validation[0%:80%] (shuffled, seed 0)"
     subset: tuple[int, int] | None  # a capped training set: (examples trained on, labelled examples it had)
     setup: Setup  # the model and recipe the run used
+    numerics: str  # what it computed with (gpt1.numerics), in words: "unrecorded" for runs older than the record
 
 
 def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:
@@ -269,7 +272,9 @@ def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run
             )
         scores[report.name] = _score(reports[report.name], report.name, spec.metrics, path)
     train = checked_field(data, "train", "object", path)
-    return Run(path, task, variant, seed, scores, _train_cut(train, path), _subset(train, path), _setup(data, path))
+    record = Numerics.from_json(data.get("numerics"), str(path))
+    return Run(path, task, variant, seed, scores, _train_cut(train, path), _subset(train, path), _setup(data, path),
+               "unrecorded" if record is None else record.describe())
 
 
 @dataclass
@@ -288,6 +293,15 @@ class Finetuned:
 
 def finetune_path(results_dir: Path, task: str, variant: str, seed: int) -> Path:
     return results_dir / layout.finetune_dir(task, variant, seed) / layout.FINETUNE_METRICS
+
+
+def mixed_numerics(finetuned: Finetuned) -> str | None:
+    """One line when the runs of the tables were computed with other numerics than one another (runs of two
+    hosts, or pinned beside unpinned), else None."""
+    counts = Counter(run.numerics for runs in finetuned.runs.values() for run in runs.values())
+    if len(counts) < 2:
+        return None
+    return "note: the tables mix runs computed with " + "; ".join(f"{what} ({n} runs)" for what, n in counts.items())
 
 
 def collect_finetune(results_dir: Path, plan: ReportPlan, pairs: Iterable[tuple[str, str]]) -> Finetuned:

@@ -19,7 +19,16 @@ from gpt1.report.figures import (
     layer_means,
     save_figure,
 )
-from gpt1.report.inputs import Analyses, Finetuned, Gap, ReportPlan, collect_analyses, collect_finetune, gap_notes
+from gpt1.report.inputs import (
+    Analyses,
+    Finetuned,
+    Gap,
+    ReportPlan,
+    collect_analyses,
+    collect_finetune,
+    gap_notes,
+    mixed_numerics,
+)
 from gpt1.report.renderers import RENDERERS
 from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
 
@@ -225,6 +234,9 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     report = build_report(plan, results_dir)  # malformed inputs fail before a run is opened or a file written
     for note in gap_notes(report.gaps):
         print(f"report: gap: {note}")
+    mixed = mixed_numerics(report.finetuned)
+    if mixed is not None:
+        print(f"report: {mixed}")
     params = _stage_params(results_dir, out_dir, plan)
     with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         outputs = write_report(report, out_dir)

@@ -28,6 +28,7 @@ rule zeroshot:
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("json"),
         zeroshot=SETTINGS["zeroshot"],
+        cpu=SETTINGS["cpu"],
         reference=config["zeroshot_reference"],
     shell:
         "sh workflow/scripts/gpt1.sh zeroshot --profile {params.profile} --model-dir {params.model_dir}"
@@ -66,6 +67,7 @@ rule layers:
         out=folder_of_output("json"),
         finetune=SETTINGS["finetune"],
         layers=SETTINGS["layers"],
+        cpu=SETTINGS["cpu"],
     shell:
         "sh workflow/scripts/gpt1.sh layers --profile {params.profile} --task {wildcards.task} --seed {wildcards.seed}"
         " --pretrained {params.pretrained} --tokenizer {params.tokenizer} --examples {params.examples}"

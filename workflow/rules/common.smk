@@ -42,16 +42,18 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != PYTHON_BIN:
     os.environ.update(PATH=os.pathsep.join([PYTHON_BIN, os.environ.get("PATH", "")]))
 
 
-# Cores per job (Snakemake hands a job's threads on as OMP_NUM_THREADS). The fine-tuning fan-out and the analyses
-# are many small jobs: one core each runs them side by side, 1.47x the work of one job at a time on every core
-# for fine-tuning, 1.23x for pre-training (bench/job_threads.py). The pre-trained models share the cores. Change
-# with --set-threads RULE=N.
-CORES = workflow.cores or 1
-FANOUT_THREADS = 1
-PRETRAIN_THREADS = max(1, CORES // len(config["pretrain_models"]))
-
 PROFILE = config["profile"]
 SETTINGS = config["profiles"][PROFILE]
+
+# Cores per job (Snakemake hands a job's threads on as OMP_NUM_THREADS). A pinned profile (cpu.pinned) computes
+# every model job with cpu.threads threads whatever the machine (the bytes depend on it), so each such job is given
+# that many cores. Unpinned: the fine-tuning fan-out and the analyses are many small jobs, one core each runs them
+# side by side, 1.47x the work of one job at a time on every core for fine-tuning, 1.23x for pre-training
+# (bench/job_threads.py); the pre-trained models share the cores. Change with --set-threads RULE=N (unpinned).
+CORES = workflow.cores or 1
+PINNED_THREADS = SETTINGS["cpu"]["threads"] if SETTINGS["cpu"]["pinned"] else None
+FANOUT_THREADS = PINNED_THREADS or 1
+PRETRAIN_THREADS = PINNED_THREADS or max(1, CORES // len(config["pretrain_models"]))
 ENV = "../envs/gpt1.yaml"
 
 

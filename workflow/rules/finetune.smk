@@ -61,6 +61,7 @@ rule finetune:
         examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
+        cpu=SETTINGS["cpu"],
     shell:
         "sh workflow/scripts/gpt1.sh finetune --profile {params.profile} --task {wildcards.task} --variant {params.variant}"
         " --seed {wildcards.seed} --pretrained {params.pretrained} --tokenizer {params.tokenizer}"
@@ -87,6 +88,7 @@ use rule finetune as ablation_no_aux with:
         examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
+        cpu=SETTINGS["cpu"],
 
 
 # ... and the LSTM language model with the auxiliary LM, fine-tuned through the same task code.
@@ -113,3 +115,4 @@ use rule ablation_no_aux as ablation_lstm with:
         examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
         finetune=SETTINGS["finetune"],
+        cpu=SETTINGS["cpu"],

@@ -33,6 +33,7 @@ rule pretrain:
         out=folder_of_output("weights"),
         model=SETTINGS["model"],
         pretrain=SETTINGS["pretrain"],
+        cpu=SETTINGS["cpu"],
     shell:
         "sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile {params.profile} --model {wildcards.model} --ids {params.ids}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
