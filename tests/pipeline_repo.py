@@ -73,6 +73,7 @@ def smoke_repo(root: Path, env_extra: dict[str, str] | None = None) -> tuple[Pat
 MLFLOW_SERVER = [sys.executable, str(REPO / "tools" / "mlflow_server.py")]
 
 
-def mlflow_server_command(action: str, state: Path) -> subprocess.CompletedProcess:
-    """`tools/mlflow_server.py up|down STATE`: README's commands for the MLflow server on PostgreSQL."""
-    return subprocess.run([*MLFLOW_SERVER, action, str(state)], capture_output=True, text=True, timeout=600)
+def mlflow_server_command(action: str, state: Path, *options: str) -> subprocess.CompletedProcess:
+    """`tools/mlflow_server.py up|down STATE [--auth]`: README's commands for the MLflow server on PostgreSQL."""
+    return subprocess.run([*MLFLOW_SERVER, action, str(state), *options], capture_output=True, text=True,
+                          timeout=600)

@@ -2,11 +2,20 @@
 
     python tools/mlflow_server.py up .mlflow-server      # prints: export MLFLOW_TRACKING_URI=http://127.0.0.1:PORT
     python tools/mlflow_server.py down .mlflow-server    # stops both and deletes the database cluster
+    eval "$(python tools/mlflow_server.py up .mlflow-server --auth)"   # a server that lets no one in without a password
 
 `up` makes a fresh PostgreSQL cluster (initdb; a random password, scram-sha-256; no Unix socket), starts it on
 127.0.0.1 with pg_ctl, creates the database `mlflow`, then starts `mlflow server --backend-store-uri postgresql://...`
 on 127.0.0.1 with the artifacts under STATE/artifacts (served by the server: clients need no access to the folder).
-STATE/server.json records what `down` stops. Run as root, PostgreSQL runs as the `postgres` user (it refuses root),
+STATE/server.json records what `down` stops.
+
+`--auth` starts MLflow's own basic-auth app (`mlflow server --app-name basic-auth`, the `mlflow[auth]` extra): its
+users live in a second PostgreSQL database (`mlflow_auth`), the admin gets a random password (STATE/admin.env) and a
+user `gpt1` is made for the pipeline (STATE/credentials.env: MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD,
+which MLflow's client reads). Both files are mode 0600 and no password is printed: `up` prints the URI's export and
+a line that sources credentials.env, so `eval "$(... up STATE --auth)"` sets all three.
+
+Run as root, PostgreSQL runs as the `postgres` user (it refuses root),
 with its cluster in a folder of its own under the temp dir. Needs PostgreSQL's server binaries (Debian/Ubuntu:
 `apt-get install postgresql`) and psycopg2 (`pip install psycopg2-binary`, in the test extras).
 """
@@ -14,9 +23,11 @@ with its cluster in a folder of its own under the temp dir. Needs PostgreSQL's s
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -30,6 +41,12 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 DATABASE = "mlflow"
+AUTH_DATABASE = "mlflow_auth"  # the basic-auth app's users and permissions
+ADMIN_USER = "admin"
+PIPELINE_USER = "gpt1"
+CREDENTIALS_FILE = "credentials.env"  # the pipeline user's MLFLOW_TRACKING_USERNAME / _PASSWORD
+ADMIN_FILE = "admin.env"  # the admin's, for managing users
+AUTH_CONFIG_FILE = "basic_auth.ini"
 DB_USER = "gpt1"
 STATE_FILE = "server.json"
 START_SECONDS = 120.0
@@ -50,6 +67,7 @@ class Server:
     pg_os_user: str | None  # the OS user PostgreSQL runs as (None: this user)
     mlflow_pid: int
     state: str
+    auth: bool = False  # the basic-auth app: clients need STATE/credentials.env
 
     def save(self) -> None:
         path = Path(self.state) / STATE_FILE
@@ -106,7 +124,8 @@ def start_postgres(pg_bin: Path, password: str) -> tuple[str, int, str | None]:
     _run("pg_ctl start", _as_pg(os_user, [str(pg_bin / "pg_ctl"), "-D", str(cluster), "-l", str(data / "postgres.log"),
                                           "-o", options, "-w", "-t", str(int(START_SECONDS)), "start"]))
     env = {**os.environ, "PGPASSWORD": password}
-    _run("createdb", [str(pg_bin / "createdb"), "-h", HOST, "-p", str(port), "-U", DB_USER, DATABASE], env)
+    for database in (DATABASE, AUTH_DATABASE):
+        _run("createdb", [str(pg_bin / "createdb"), "-h", HOST, "-p", str(port), "-U", DB_USER, database], env)
     return str(data), port, os_user
 
 
@@ -132,15 +151,51 @@ def wait_for_mlflow(uri: str, process: subprocess.Popen, log: Path) -> None:
     raise ServerError(f"mlflow server did not answer at {uri} within {START_SECONDS:g} s; see {log}")
 
 
-def start_mlflow(backend: str, state: Path, workers: int) -> tuple[str, subprocess.Popen]:
+def _private(path: Path, text: str) -> Path:
+    """A file only its owner reads (it holds a password)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
+    return path
+
+
+def auth_environment(state: Path, auth_backend: str, admin_password: str) -> dict[str, str]:
+    """The basic-auth app's settings: its config file (users in `auth_backend`; a request without a user's password
+    is refused, a user may read every experiment) and, in the server's environment only, the admin's first password
+    and the CSRF secret."""
+    config = _private(state / AUTH_CONFIG_FILE, "[mlflow]\ndefault_permission = READ\n"
+                      f"database_uri = {auth_backend}\nadmin_username = {ADMIN_USER}\n"
+                      "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    return {"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_urlsafe(32)}
+
+
+def create_user(uri: str, admin_password: str, username: str, password: str) -> None:
+    """A user of the basic-auth app, made by the admin through its REST API."""
+    request = urllib.request.Request(
+        f"{uri}/api/2.0/mlflow/users/create", data=json.dumps({"username": username, "password": password}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Basic " + base64.b64encode(
+            f"{ADMIN_USER}:{admin_password}".encode()).decode()}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            answer.read()
+    except OSError as err:  # HTTPError included: its text names the status, never the password
+        raise ServerError(f"creating the MLflow user {username!r} failed: {err}") from None
+
+
+def start_mlflow(backend: str, state: Path, workers: int,
+                 auth_env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
     port = free_port()
     uri = f"http://{HOST}:{port}"
     log = state / "mlflow-server.log"
     args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend, "--host", HOST, "--port",
             str(port), "--artifacts-destination", str(state / "artifacts"), "--workers", str(workers)]
+    if auth_env is not None:
+        args += ["--app-name", "basic-auth"]
+    env = {**os.environ, **(auth_env or {})}
     with open(log, "w") as handle:  # its own session: `down` stops the server and its workers as one group
         process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-                                   cwd=state)
+                                   cwd=state, env=env)
     try:
         wait_for_mlflow(uri, process, log)
     except ServerError:
@@ -165,8 +220,9 @@ def _stop_group(pid: int, wait: float = 30.0) -> None:
     os.killpg(pid, signal.SIGKILL)
 
 
-def up(state: Path, workers: int = 2) -> Server:
-    """PostgreSQL, then MLflow on it; both stopped again if either fails."""
+def up(state: Path, workers: int = 2, auth: bool = False) -> Server:
+    """PostgreSQL, then MLflow on it (with `auth`, its basic-auth app and the pipeline's user); all stopped again if
+    any step fails."""
     state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
     if (state / STATE_FILE).exists():
@@ -175,12 +231,25 @@ def up(state: Path, workers: int = 2) -> Server:
     password = secrets.token_urlsafe(24)
     data, pg_port, os_user = start_postgres(pg_bin, password)
     backend = f"postgresql://{DB_USER}:{password}@{HOST}:{pg_port}/{DATABASE}"
+    process = None
     try:
-        uri, process = start_mlflow(backend, state, workers)
+        admin_password = secrets.token_urlsafe(24)
+        auth_env = auth_environment(state, backend.removesuffix(DATABASE) + AUTH_DATABASE,
+                                    admin_password) if auth else None
+        uri, process = start_mlflow(backend, state, workers, auth_env)
+        if auth:
+            pipeline_password = secrets.token_urlsafe(24)
+            create_user(uri, admin_password, PIPELINE_USER, pipeline_password)
+            _private(state / ADMIN_FILE, f"export MLFLOW_TRACKING_USERNAME={ADMIN_USER}\n"
+                     f"export MLFLOW_TRACKING_PASSWORD={admin_password}\n")
+            _private(state / CREDENTIALS_FILE, f"export MLFLOW_TRACKING_USERNAME={PIPELINE_USER}\n"
+                     f"export MLFLOW_TRACKING_PASSWORD={pipeline_password}\n")
     except BaseException:
+        if process is not None:
+            _stop_group(process.pid)
         stop_postgres(str(pg_bin), data, os_user)
         raise
-    server = Server(uri, backend, str(pg_bin), data, pg_port, os_user, process.pid, str(state))
+    server = Server(uri, backend, str(pg_bin), data, pg_port, os_user, process.pid, str(state), auth)
     server.save()
     return server
 
@@ -198,11 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("state", type=Path, help="folder for the server's state, logs and artifacts")
     parser.add_argument("--workers", type=int, default=2, help="mlflow server workers (default 2)")
+    parser.add_argument("--auth", action="store_true",
+                        help="MLflow's basic-auth app: no request without a user's password (STATE/credentials.env)")
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
-            server = up(args.state, args.workers)
+            server = up(args.state, args.workers, args.auth)
             print(f"export MLFLOW_TRACKING_URI={server.uri}")
+            if server.auth:  # the password stays in the file: this line is what a shell log shows
+                print(f". {shlex.quote(str(Path(server.state) / CREDENTIALS_FILE))}")
         else:
             down(args.state)
     except (ServerError, OSError, subprocess.TimeoutExpired) as err:
