@@ -1,8 +1,16 @@
-"""GPU-hours of a whole profile on one GPU, from FLOPs: an ESTIMATE, not a measurement.
+"""GPU-hours of a whole profile on one GPU, from FLOPs: an ESTIMATE, each of its speeds assumed or measured.
 
     GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/gpu_budget.py --profile gpu
     ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
     ... --set layers.max_train_examples=null                            # a setting changed
+    ... --save-lengths lengths.json                                     # keep the measured token counts
+    .venv/bin/python bench/gpu_budget.py --lengths lengths.json --measured measured.json   # no mirror needed
+
+--measured takes the speeds a GPU measured (bench/gpu_check.py, section e writes the file): any of peak_tflops
+(the bf16 matmul peak), mfu (pre-training, ours compiled), finetune_mfu and update_ms (fine-tuning updates: FLOPs
+at that MFU plus that fixed cost, fitted to update times at the gpu profile's shapes) replaces its assumption, and
+the output marks each figure measured (with the GPU and date) or assumed. --lengths reads the token counts
+--save-lengths wrote (bench/gpu_check.py --prepare carries them to the GPU machine, which has no mirror).
 
 FLOPs per token are gpt1.model.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
 the position embedding; the tied LM head counted once), a third of that for a forward pass. Split into its parts
@@ -20,8 +28,11 @@ a fixed cost per update (kernel launches, the optimizer, Python batching: what d
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from common import MIRROR, REPO, machine
@@ -47,7 +58,7 @@ HUB_SPLITS = {
 MIRROR_BOOK_CHARS = 52_377_526  # the mirror's 99 novels (books/gutenberg/README.md)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="gpu")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -58,7 +69,28 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--update-ms", type=float, default=10.0, help="assumed fixed cost per fine-tuning update, ms")
     parser.add_argument("--sample", type=int, default=1000, help="examples per task whose token counts are measured")
     parser.add_argument("--book-chars", type=int, default=2_000_000, help="characters of the mirror's novels encoded")
-    return parser.parse_args()
+    parser.add_argument("--lengths", type=Path, default=None,
+                        help="token counts saved by --save-lengths (instead of measuring them on the mirror)")
+    parser.add_argument("--save-lengths", type=Path, default=None, help="write the measured token counts here")
+    parser.add_argument("--measured", type=Path, default=None,
+                        help="speeds measured on a GPU (bench/gpu_check.py): they replace the assumptions")
+    return parser.parse_args(argv)
+
+
+MEASURABLE = {"peak_tflops": "bf16 peak TFLOP/s", "mfu": "MFU (GPT pre-training)", "lstm_mfu": "MFU (LSTM)",
+              "finetune_mfu": "MFU (fine-tuning)", "update_ms": "ms fixed cost per fine-tuning update"}
+
+
+def speeds(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
+    """Each speed with where it comes from: 'measured (<source>)' from --measured, else 'assumed'. Fine-tuning's
+    MFU is pre-training's unless measured apart."""
+    measured = json.loads(args.measured.read_text()) if args.measured else {}
+    source = f"measured ({measured.get('source', args.measured)})"
+    found = {key: (float(measured[key]), source) if measured.get(key) is not None else
+             (float(getattr(args, key)), "assumed") for key in MEASURABLE if key != "finetune_mfu"}
+    found["finetune_mfu"] = ((float(measured["finetune_mfu"]), source) if measured.get("finetune_mfu") is not None
+                             else (found["mfu"][0], f"{found['mfu'][1]}: pre-training's"))
+    return found
 
 
 @dataclass(frozen=True)
@@ -173,8 +205,36 @@ def pretrain_lines(cfg: Config, gpt: Costs, lstm: Costs, args: argparse.Namespac
     return lines, steps * per_step
 
 
-def main() -> None:
-    args = parse_args()
+def save_lengths(path: Path, lengths: dict[str, Lengths], mirror_tokens: float, args: argparse.Namespace) -> None:
+    path.write_text(json.dumps({"tasks": {t: dataclasses.asdict(x) for t, x in lengths.items()},
+                                "mirror_tokens": mirror_tokens, "sample": args.sample, "book_chars": args.book_chars,
+                                "tokenizer": "the released GPT-1 vocabulary"}, indent=1))
+
+
+def load_lengths(path: Path) -> tuple[dict[str, Lengths], float]:
+    data = json.loads(path.read_text())
+    return {t: Lengths(**x) for t, x in data["tasks"].items()}, data["mirror_tokens"]
+
+
+def token_counts(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Lengths], float]:
+    """Per task, the token counts of its examples, and the mirror's novels in tokens: from --lengths, or measured
+    on the mirror with the released vocabulary (and saved with --save-lengths)."""
+    if args.lengths:
+        return load_lengths(args.lengths)
+    model, ft = cfg.p["model"], cfg.p["finetune"]
+    tokenizer = load_released(RELEASED)
+    lengths = {t: measure_lengths(t, tokenizer, model["n_ctx"], ft["batch_size"], args.sample) for t in HUB_SPLITS}
+    mirror_tokens = book_tokens(tokenizer, args.book_chars)
+    if args.save_lengths:
+        save_lengths(args.save_lengths, lengths, mirror_tokens, args)
+    return lengths, mirror_tokens
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    found = speeds(args)
+    for key, (value, _) in found.items():
+        setattr(args, key, value)
     cfg = load_config(REPO / "params.yaml", args.profile, overrides=args.set)
     model, ft = cfg.p["model"], cfg.p["finetune"]
     if cfg.p["pretrain"]["max_steps"] is None:
@@ -184,8 +244,8 @@ def main() -> None:
     lstm_model = LSTMLM(LSTMConfig(vocab_size=RELEASED_VOCAB, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
                                    hidden_size=model["lstm_hidden"]))
     gpt, lstm = Costs.of(gpt_model, args.mfu), Costs.of(lstm_model, args.lstm_mfu)
-    tokenizer = load_released(RELEASED)
-    lengths = {t: measure_lengths(t, tokenizer, model["n_ctx"], ft["batch_size"], args.sample) for t in HUB_SPLITS}
+    tuned = dataclasses.replace(gpt, mfu=args.finetune_mfu)  # the GPT as fine-tuning runs it
+    lengths, mirror_tokens = token_counts(cfg, args)
 
     lines, pretrain_tokens = pretrain_lines(cfg, gpt, lstm, args)
     finetune, no_aux, lstm_line = Line("finetune (12 tasks x 2 variants)"), Line("ablation_no_aux"), Line(
@@ -193,21 +253,20 @@ def main() -> None:
     for task, (train, evaluated) in HUB_SPLITS.items():
         train_n, eval_n = capped(train, train_cap(get_task(task), ft)), capped(evaluated, ft["max_eval_examples"])
         for _ in range(2):  # pretrained, scratch: the same work
-            finetune_cost(finetune, gpt, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
+            finetune_cost(finetune, tuned, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
         if task in GLUE8:
-            finetune_cost(no_aux, gpt, lengths[task], train_n, eval_n, ft, 0.0, args)
+            finetune_cost(no_aux, tuned, lengths[task], train_n, eval_n, ft, 0.0, args)
             finetune_cost(lstm_line, lstm, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
     layers = Line(f"layers (MNLI, RACE x {model['n_layer'] + 1})")
     for task in ("mnli", "race"):
         train, evaluated = HUB_SPLITS[task]
         train_n = capped(train, cfg.p["layers"]["max_train_examples"] or ft["max_train_examples"])
         for _ in range(model["n_layer"] + 1):
-            finetune_cost(layers, gpt, lengths[task], train_n, capped(evaluated, ft["max_eval_examples"]), ft,
+            finetune_cost(layers, tuned, lengths[task], train_n, capped(evaluated, ft["max_eval_examples"]), ft,
                           ft["lm_weight"], args)
     zeroshot = zeroshot_line(cfg, gpt, lstm, lengths, args)
     lines += [finetune, no_aux, lstm_line, layers, zeroshot]
-    print(render(lines, cfg, args, lengths, pretrain_tokens, book_tokens(tokenizer, args.book_chars),
-                 {"GPT": gpt, "LSTM": lstm}))
+    print(render(lines, cfg, found, lengths, pretrain_tokens, mirror_tokens, {"GPT": gpt, "LSTM": lstm}))
 
 
 def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], args: argparse.Namespace) -> Line:
@@ -235,12 +294,13 @@ def book_tokens(tokenizer: GPT1Tokenizer, chars: int) -> float:
     return len(tokenizer.encode_batch([text])[0]) / len(text) * MIRROR_BOOK_CHARS
 
 
-def render(lines: list[Line], cfg: Config, args: argparse.Namespace, lengths: dict[str, Lengths], pretrain_tokens: int,
-           mirror_tokens: float, costs: dict[str, Costs]) -> str:
-    out = [f"profile {cfg.profile}; {machine()}; ASSUMED: {args.peak_tflops:g} TFLOP/s bf16 peak, MFU "
-           f"{args.mfu:.0%} (GPT) and {args.lstm_mfu:.0%} (LSTM), {args.update_ms:g} ms fixed cost per fine-tuning "
-           f"update", "",
-           "| stage | jobs | updates | tokens (padded) | PFLOP | GPU-hours |", "|---|---:|---:|---:|---:|---:|"]
+def render(lines: list[Line], cfg: Config, found: dict[str, tuple[float, str]], lengths: dict[str, Lengths],
+           pretrain_tokens: int, mirror_tokens: float, costs: dict[str, Costs]) -> str:
+    shown = {k: f"{v:.1%}" if "mfu" in k else f"{v:g}" for k, (v, _) in found.items()}
+    out = [f"profile {cfg.profile}; {machine()}; the speeds this estimate divides by:", "",
+           "| speed | value | source |", "|---|---:|---|"]
+    out += [f"| {MEASURABLE[k]} | {shown[k]} | {source} |" for k, (_, source) in found.items()]
+    out += ["", "| stage | jobs | updates | tokens (padded) | PFLOP | GPU-hours |", "|---|---:|---:|---:|---:|---:|"]
     for line in lines:
         out.append(f"| {line.what} | {line.jobs} | {line.updates:,.0f} | {line.tokens / 1e9:,.2f}B | "
                    f"{line.flops / 1e15:,.0f} | {line.seconds / 3600:.2f} |")

@@ -10,9 +10,16 @@ CUDA (default: the paper's model, n_ctx 512, batch 64, vocab 40478):
     python bench/train_step.py --device cuda
   bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.pretrain trains; ours compiled and eager vs HF eager.
   Reports tokens/s, MFU = (6N + 6 n_layer n_ctx n_embd) FLOPs per token x tokens/s over a MEASURED bf16 matmul peak
-  (not the datasheet's), and peak memory.
+  (the table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note
+  below the table), and peak memory. Extra variants: hf-compile (HF under torch.compile) and ours-pad64 (ours
+  compiled with the vocabulary padded to a multiple of 64 for the matrix units; a speed measurement only: the
+  padding's logits are not masked here, and MFU counts the real vocabulary's FLOPs).
+  bench/gpu_check.py runs it so, at the gpu profile's micro-batch (32):
+    python bench/train_step.py --device cuda --batch 32 --json b.json --profile-table step.txt
 
-Prints Markdown: a header and one row per model variant, with machine, torch version and date.
+Prints Markdown: a header and one row per model variant, with machine, torch version and date. --json also writes
+every figure; --profile-table writes a torch.profiler table of one step of the first variant (top operators by
+their own device time) when its MFU is under --profile-below, or not measured (the CPU).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import statistics
@@ -39,6 +47,8 @@ from gpt1.runtime import attention_kernels, configure_device, resolve_compile, r
 
 CPU_SHAPE = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab": 8400, "batch": 32}
 CUDA_SHAPE = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_ctx": 512, "vocab": 40478, "batch": 64}
+DATASHEET_TFLOPS = 989.0  # H100 SXM, dense bf16
+PROFILE_ROWS = 25
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", default=None,
                         help="comma list of ours,hf,bf16,compile (cpu default: all) or ours,ours-eager,hf (cuda)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="a bf16 matmul peak measured before (default: measure it here, on CUDA)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    parser.add_argument("--profile-table", type=Path, default=None,
+                        help="write a torch.profiler table of one step of the first variant here ...")
+    parser.add_argument("--profile-below", type=float, default=0.55, help="... when its MFU is under this")
     args = parser.parse_args(argv)
     shape = CUDA_SHAPE if args.device == "cuda" else CPU_SHAPE
     for key, value in shape.items():
@@ -106,6 +122,7 @@ class Recipe:
     model: str  # "ours" or "hf"
     compiled: bool
     autocast: torch.dtype | None
+    vocab_multiple: int = 1  # ours with the embedding (and so the tied LM head) padded to a multiple of this
 
 
 def recipes(device: torch.device) -> dict[str, Recipe]:
@@ -124,22 +141,41 @@ def recipes(device: torch.device) -> dict[str, Recipe]:
     return made
 
 
+def extra_recipes(device: torch.device) -> dict[str, Recipe]:
+    """Variants to name on purpose (--variants): HF compiled, and ours compiled with the vocabulary padded to a
+    multiple of 64 (the matrix units' tile: one lever towards the MFU target)."""
+    dtype = resolve_precision("auto", device)
+    return {"hf-compile": Recipe("HF OpenAIGPT, compile", "hf", True, dtype),
+            "ours-pad64": Recipe("ours, compile, vocab padded to 64", "ours", True, dtype, vocab_multiple=64)}
+
+
+def padded_copy(base: GPT, multiple: int) -> GPT:
+    """`base` with its token embedding grown to a multiple of `multiple` rows (the new rows never appear in the
+    inputs or the targets)."""
+    model = GPT(base.config)
+    model.load_state_dict(base.state_dict())
+    rows = base.config.vocab_size
+    if rows % multiple:
+        model.resize_token_embeddings(-(-rows // multiple) * multiple)
+    return model
+
+
 def build_variants(args: argparse.Namespace, device: torch.device) -> list[Variant]:
     cfg = GPTConfig(vocab_size=args.vocab, n_ctx=args.n_ctx, n_embd=args.n_embd, n_layer=args.n_layer,
                     n_head=args.n_head)
     torch.manual_seed(0)
     base = GPT(cfg)
-    made = recipes(device)
+    made = {**recipes(device), **extra_recipes(device)}
     unknown = [v for v in args.variants if v not in made]
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; valid: {', '.join(made)}")
 
     def build(recipe: Recipe) -> Variant:
         if recipe.model == "hf":
-            return Variant(recipe.label, to_hf_model(base).to(device).train(), hf_loss, recipe.autocast, device)
-        model = GPT(cfg)
-        model.load_state_dict(base.state_dict())
-        model = model.to(device).train()
+            hf = to_hf_model(base).to(device).train()
+            return Variant(recipe.label, torch.compile(hf) if recipe.compiled else hf, hf_loss, recipe.autocast,
+                           device)
+        model = padded_copy(base, recipe.vocab_multiple).to(device).train()
         return Variant(recipe.label, torch.compile(model) if recipe.compiled else model, ours_loss, recipe.autocast,
                        device)
 
@@ -242,10 +278,64 @@ def report(variants: list[Variant], args: argparse.Namespace, device: torch.devi
              f"per-round ratios; warm-up {args.warmup} steps untimed, threads "
              f"{torch.get_num_threads()}, FLOPs/token {per_token:,}"]
     if peak:
-        notes.append(f"measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s")
+        notes.append(f"measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s (the MFU column's denominator); MFU over "
+                     f"the datasheet's {DATASHEET_TFLOPS:g} TFLOP/s: " + ", ".join(
+                         f"{v.name} {per_token * statistics.median(v.samples) / (DATASHEET_TFLOPS * 1e12):.1%}"
+                         for v in variants))
     spread = {v.name: f"{min(v.samples):,.0f}-{max(v.samples):,.0f}" for v in variants}
     notes.append("tokens/s range: " + "; ".join(f"{k} {r}" for k, r in spread.items()))
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes)
+
+
+def figures(variants: list[Variant], args: argparse.Namespace, peak: float | None) -> dict:
+    """Every figure of the table, for --json: tokens/s, MFU over the measured peak and over the datasheet's, peak
+    memory, speed against HF (paired median and best against best)."""
+    cfg = GPTConfig(vocab_size=args.vocab, n_ctx=args.n_ctx, n_embd=args.n_embd, n_layer=args.n_layer,
+                    n_head=args.n_head)
+    per_token = flops_per_token(GPT(cfg))
+    hf = next((v for v in variants if v.name == "HF OpenAIGPT"), None)
+    rows = []
+    for v in variants:
+        median = statistics.median(v.samples)
+        rows.append({
+            "name": v.name, "tokens_s_median": median, "tokens_s_best": max(v.samples), "samples": v.samples,
+            "mfu": per_token * median / peak if peak else None,
+            "mfu_datasheet": per_token * median / (DATASHEET_TFLOPS * 1e12) if peak else None,
+            "peak_memory_gib": v.peak_bytes / 2**30 if peak else None,
+            "vs_hf_paired": paired_ratio(v, hf) if hf else None,
+            "vs_hf_best": max(v.samples) / max(hf.samples) if hf else None,
+        })  # fmt: skip
+    shape = {k: getattr(args, k) for k in CPU_SHAPE}
+    return {"machine": machine(), "shape": shape, "flops_per_token": per_token, "repeats": args.repeats,
+            "warmup": args.warmup, "peak_tflops": peak / 1e12 if peak else None, "datasheet_tflops": DATASHEET_TFLOPS,
+            "variants": rows}
+
+
+def profile_step(v: Variant, inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, path: Path) -> dict:
+    """One step of `v` under torch.profiler: the table of the top operators by their own device time (CPU time on
+    the CPU) to `path`; returns the step's total and the attention kernels seen (flash or not)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(device)
+    with profile(activities=activities) as prof:
+        v.step(inputs, targets)
+        sync(device)
+    events = prof.key_averages()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    # On CUDA the kernels (device events) hold the device time; the operators that launch them repeat it.
+    counted = [e for e in events if e.device_type != DeviceType.CPU] if cuda else list(events)
+    total = sum(getattr(e, key) for e in counted)
+    top = sorted(counted, key=lambda e: getattr(e, key), reverse=True)
+    header = (f"# one step of {v.name}: torch.profiler, top {PROFILE_ROWS} operators and kernels by {key} "
+              f"(step total {total / 1e3:,.1f} ms)\n")
+    path.write_text(header + events.table(sort_by=key, row_limit=PROFILE_ROWS))
+    attention = sorted({e.key for e in events if any(w in e.key.lower() for w in ("flash", "fmha", "attention"))})
+    return {"variant": v.name, "sorted_by": key, "total_ms": total / 1e3, "attention_ops": attention,
+            "top": [{"op": e.key, "ms": getattr(e, key) / 1e3, "share": getattr(e, key) / total if total else 0.0}
+                    for e in top[:10]]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,9 +347,20 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--device cuda: no CUDA device")
     configure_device(device)  # TF32 on CUDA, as pre-training sets it
     variants = build_variants(args, device)
-    peak = matmul_peak(device) if device.type == "cuda" else None
+    peak = None
+    if device.type == "cuda":
+        peak = args.peak_tflops * 1e12 if args.peak_tflops else matmul_peak(device)
     measure(variants, args, device)
     print(report(variants, args, device, peak))
+    found = figures(variants, args, peak)
+    first = found["variants"][0]
+    if args.profile_table and (first["mfu"] is None or first["mfu"] < args.profile_below):
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, args.vocab, (args.batch, args.n_ctx + 1), generator=g).to(device)
+        found["profile"] = profile_step(variants[0], x[:, :-1].contiguous(), x[:, 1:].contiguous(), device,
+                                        args.profile_table)
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,215 @@
+"""`bench/gpu_check.sh --prepare`, run here on the CPU with the project's .venv: the folder bench/gpu_bundle/ that
+travels to the GPU machine (`carry`; it ignores itself through its own .gitignore):
+
+    data/        the smoke profile's CPU stages with SMALL (gpu.env), through the gpt1 CLI: tokenizer/ (a `fast`
+                 BPE: no spaCy or ftfy there), ids/, and tasks/<task>/ for the four tasks of section c
+    lengths.json each task's token counts on the mirror with the released vocabulary (bench/gpu_budget.py
+                 --save-lengths): section e's shapes and the budget's counts (the GPU machine has no mirror)
+    wheels/      cp312 manylinux wheels of what the stages import and the GPU image lacks (mlflow-skinny,
+                 datasets, jsonschema, SQLAlchemy and alembic for MLflow's sqlite store, ...), at this .venv's
+                 versions; bench/gpu_check.sh installs them with `pip --no-index --no-deps --target`
+    manifest.json what was made, with which settings and sizes
+
+Options: --no-wheels (the rehearsal in an environment that has the packages), --sample and --book-chars (fewer
+examples and characters for the token counts: the test's quick bundle).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+from typing import Any
+
+from gpu.env import PARAMS, PROFILE, REPO, SMALL, TASKS, write_json
+
+MAX_BYTES = 48 * 2**20  # of the 64 MiB that travel, the repository takes ~3
+# What the stages import beyond what the GPU machine is sure to have: the roots whose dependency closure, less what
+# is there for sure, becomes wheels/. sqlalchemy + alembic: MLflow's sqlite store.
+ROOTS = ("mlflow-skinny", "mlflow-tracing", "datasets", "jsonschema", "sqlalchemy", "alembic")
+# Issue 33's list of the GPU machine's packages. What they need here AND the image is said to hold (device/KINDS.md,
+# read 2026-11-17) is there for sure; everything else travels: a carried copy of a package that is there too is
+# harmless, a missing one stops the run (typer needs pydantic here, for one, and the image lists no pydantic).
+BASE = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "scipy", "pytest", "tqdm")
+IMAGE_PACKAGES = """
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
+charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
+cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
+formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
+imageio iniconfig interface-meta jax jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning
+lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson
+ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba
+numba-cuda numpy numpyro onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx
+optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker prometheus-client
+propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pyre-extensions pytest
+pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex
+requests rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece
+sentence-transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio
+torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions
+typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
+"""
+ON_GPU = frozenset(IMAGE_PACKAGES.split())
+# The GPU machine's Python, for evaluating requirement markers
+TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux", "os_name": "posix",
+          "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
+          "platform_python_implementation": "CPython", "extra": ""}
+PLATFORMS = [*(f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34)), "manylinux2014_x86_64",
+             "manylinux1_x86_64"]
+
+
+def normal(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# data/: the CPU stages through the gpt1 CLI
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def gpt1(stage: str, *args: str) -> None:
+    """`gpt1 STAGE ...` in this process (the real CLI: parsing, config, boundary), smoke profile with SMALL."""
+    from gpt1.cli import main
+
+    sets = [f"--set={o}" for o in SMALL]
+    code = main([stage, "--params", str(PARAMS), "--profile", PROFILE, *sets, *args])
+    if code != 0:
+        raise SystemExit(f"prepare: gpt1 {stage} exited {code}")
+
+
+def make_data(data: Path) -> None:
+    """fetch, clean, bpe, encode and encode-task (four tasks) in a scratch folder (its MLflow store and artifacts
+    too); keep what section c reads."""
+    with tempfile.TemporaryDirectory(prefix="gpt1-bundle-") as scratch, contextlib.chdir(scratch), \
+            environment(MLFLOW_TRACKING_URI=f"sqlite:///{scratch}/mlflow.db", TQDM_DISABLE="1", GPT1_WORKERS="1"):
+        root = Path(scratch)
+        gpt1("fetch", "--out", str(root / "corpus"))
+        gpt1("clean", "--raw", str(root / "corpus"), "--out", str(root / "corpus"))
+        gpt1("bpe", "--corpus", str(root / "corpus"), "--out", str(data / "tokenizer"))
+        gpt1("encode", "--tokenizer", str(data / "tokenizer"), "--corpus", str(root / "corpus"), "--out",
+             str(data / "ids"))
+        for task in TASKS.values():
+            gpt1("encode-task", "--task", task, "--tokenizer", str(data / "tokenizer"), "--out",
+                 str(data / "tasks" / task))
+
+
+def make_lengths(bundle: Path, sample: int, book_chars: int) -> str:
+    """bench/gpu_budget.py's token counts on the mirror, saved; or why not."""
+    mirror = Path(os.environ.get("GPT1_DATA_MIRROR", REPO.parent / "shared" / "data"))
+    if not mirror.is_dir():
+        return f"no lengths.json: no data mirror at {mirror} (set GPT1_DATA_MIRROR)"
+    args = [sys.executable, str(REPO / "bench" / "gpu_budget.py"), "--profile", "gpu", "--sample", str(sample),
+            "--book-chars", str(book_chars), "--save-lengths", str(bundle / "lengths.json")]
+    done = subprocess.run(args, env={**os.environ, "GPT1_DATA_MIRROR": str(mirror)}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"prepare: bench/gpu_budget.py failed: {done.stderr[-2000:]}")
+    return f"lengths.json: {sample} examples per task, {book_chars:,} characters of novels"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# wheels/: what the GPU image lacks
+
+
+def requirements(name: str) -> list[str]:
+    """`name`'s requirements on the GPU machine (markers evaluated for it; extras left out)."""
+    from packaging.requirements import Requirement
+
+    found = []
+    for text in distribution(name).requires or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate(TARGET):
+            found.append(normal(req.name))
+    return found
+
+
+def closure(roots: tuple[str, ...], leave_out: frozenset[str] = frozenset()) -> dict[str, str]:
+    """name -> this environment's version, for the roots and everything they need, but `leave_out`."""
+    wanted: dict[str, str] = {}
+    todo = [normal(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in wanted or name in leave_out:
+            continue
+        try:
+            wanted[name] = distribution(name).version
+        except PackageNotFoundError as err:
+            raise SystemExit(f"prepare: {name} is needed on the GPU machine but not installed here") from err
+        todo += requirements(name)
+    return dict(sorted(wanted.items()))
+
+
+def pip() -> list[str]:
+    """A pip to download with: GPT1_PIP, else this Python's, else python3's."""
+    if os.environ.get("GPT1_PIP"):
+        return os.environ["GPT1_PIP"].split()
+    for python in (sys.executable, "python3"):
+        if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+            return [python, "-m", "pip"]
+    raise SystemExit("prepare: no pip to download the wheels with; set GPT1_PIP")
+
+
+def carried() -> dict[str, str]:
+    """What wheels/ holds: ROOTS and what they need, less what is there for sure (see BASE)."""
+    return closure(ROOTS, leave_out=frozenset(closure(BASE)) & ON_GPU)
+
+
+def make_wheels(wheels: Path) -> dict[str, str]:
+    wanted = carried()
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    args = [*pip(), "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+            "--implementation", "cp", *platforms, "--dest", str(wheels), *(f"{n}=={v}" for n, v in wanted.items())]
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"prepare: pip download failed: {done.stderr[-3000:]}")
+    return wanted
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The bundle
+
+
+def size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def prepare(bundle: Path, wheels: bool, sample: int, book_chars: int) -> dict[str, Any]:
+    for name in ("data", "wheels", "lengths.json", "manifest.json"):
+        path = bundle / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / ".gitignore").write_text("# made by bench/gpu_check.sh --prepare; carried to the GPU machine\n*\n")
+    make_data(bundle / "data")
+    lengths = make_lengths(bundle, sample, book_chars)
+    packages = make_wheels(bundle / "wheels") if wheels else {}
+    manifest = {"small": list(SMALL), "profile": PROFILE, "tasks": TASKS, "lengths": lengths, "wheels": packages,
+                "bytes": {p.name: size(p) if p.is_dir() else p.stat().st_size for p in bundle.iterdir()}}
+    write_json(bundle / "manifest.json", manifest)
+    total = size(bundle)
+    print(json.dumps(manifest["bytes"]), f"\nprepare: {bundle}: {total / 2**20:.1f} MiB; {lengths}; "
+          f"{len(packages)} wheels")
+    if total > MAX_BYTES:
+        raise SystemExit(f"prepare: {bundle} is {total / 2**20:.1f} MiB, over {MAX_BYTES / 2**20:.0f}")
+    return manifest

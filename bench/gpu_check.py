@@ -1,0 +1,158 @@
+"""The project on a GPU, in one command (issue 33): every section writes into OUT as it goes, so a time-out still
+leaves what was measured, and the last thing printed is a short table.
+
+    bash bench/gpu_check.sh --prepare                  # first, here on the CPU: bench/gpu_bundle/ (see gpu/bundle.py)
+    bash bench/gpu_check.sh OUT                        # on the GPU machine: <= 6 minutes on an H100
+    bash bench/gpu_check.sh OUT --device cpu           # the rehearsal: every section at a tiny size on this CPU
+
+bench/gpu_check.sh installs the bundle's wheels where the packages are missing and calls this file:
+
+    python bench/gpu_check.py prepare [--bundle DIR] [--no-wheels] [--sample N] [--book-chars N]
+    python bench/gpu_check.py run OUT [--device auto|cuda|cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
+
+Sections (gpu/report.py SECTIONS; each in a child process of its own, killed with its children at its time limit):
+  a. hardware        GPU, driver, torch; the measured bf16 matmul peak and device copy bandwidth
+  b. speed           bench/train_step.py at the paper's shape: ours compiled and eager against HF eager, MFU
+  c. stages          every CUDA path of the stages through `python -m gpt1`, killed and resumed, outputs verified
+  d. precision       CPU fp32 against GPU fp32 / TF32 / bf16; two identical GPU pre-trainings
+  e. finetune_speed  fine-tuning update times at the gpu profile's shapes; bench/gpu_budget.py from measured speeds
+  b+. speed_extra    if time is left: HF compiled, ours with the vocabulary padded to a multiple of 64
+
+OUT receives at most 8 files (what the device tool brings back): results.json (every record), report.md (every
+table), log.txt (bench/gpu_check.sh), profile_step.txt (section b, below 55% MFU), stages.tar.gz (section c's
+small outputs, logs and MLflow store). Everything else goes to --work (default: a new folder under /tmp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt1, without installing the package
+
+from gpu import report
+from gpu.env import BUNDLE, Context, child_env
+
+RUNS = {"hardware": "gpu.hardware:run", "speed": "gpu.speed:run", "stages": "gpu.stages:run",
+        "precision": "gpu.precision:run", "finetune_speed": "gpu.finetune_speed:run",
+        "speed_extra": "gpu.speed:run_extra"}  # fmt: skip
+# Each section's time limit, seconds (the whole run's budget caps them too)
+LIMITS = {"cuda": {"hardware": 60, "speed": 170, "stages": 200, "precision": 100, "finetune_speed": 100,
+                   "speed_extra": 200},
+          "cpu": {"hardware": 90, "speed": 120, "stages": 420, "precision": 120, "finetune_speed": 120,
+                  "speed_extra": 30}}  # fmt: skip
+# The whole run; on an H100 the install and start-up come on top. On 2 busy cores section c's ten `gpt1` processes
+# (each loading torch and MLflow) take minutes.
+BUDGET = {"cuda": 330.0, "cpu": 720.0}
+LEAST = 10.0  # a section is not started with less than this left
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="build the bundle here, on the CPU")
+    prep.add_argument("--bundle", type=Path, default=BUNDLE)
+    prep.add_argument("--no-wheels", dest="wheels", action="store_false", help="leave the wheels out")
+    prep.add_argument("--sample", type=int, default=1000, help="examples per task for the token counts")
+    prep.add_argument("--book-chars", type=int, default=2_000_000, help="characters of novels for the token counts")
+    run = sub.add_parser("run", help="every section, into OUT")
+    run.add_argument("out", type=Path)
+    run.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    run.add_argument("--tiny", action="store_true", help="tiny shapes in sections b, d and e (always on the CPU)")
+    run.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (cuda 330, cpu 720)")
+    run.add_argument("--work", type=Path, default=None, help="stage outputs and records (default: a new /tmp folder)")
+    run.add_argument("--bundle", type=Path, default=BUNDLE)
+    section = sub.add_parser("section", help="one section (what `run` starts in a child)")
+    section.add_argument("name", choices=RUNS)
+    section.add_argument("--work", type=Path, required=True)
+    return parser.parse_args(argv)
+
+
+def pick_device(asked: str) -> str:
+    if asked != "auto":
+        return asked
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_section(ctx: Context, name: str) -> None:
+    """`section NAME` in a child of its own session; at its limit the child and its children are killed."""
+    limit = min(LIMITS[ctx.device][name], ctx.remaining())
+    if limit < LEAST:
+        report.write_record(ctx, report.fallback_record(ctx, name, "skipped", "the run's budget was spent"))
+        return
+    print(f"gpu_check: section {name} (limit {limit:.0f} s)", flush=True)
+    args = [sys.executable, str(Path(__file__).resolve()), "section", name, "--work", str(ctx.work)]
+    child, tick = subprocess.Popen(args, env=child_env(ctx), cwd=ctx.work, start_new_session=True), time.perf_counter()
+    try:
+        child.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        report.write_record(ctx, report.fallback_record(ctx, name, "timeout", f"stopped at its limit, {limit:.0f} s"))
+        return
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # whatever it left running
+    saved = ctx.read_record(name)
+    if child.returncode != 0 and (saved is None or saved["status"] == "running"):
+        saved = report.fallback_record(ctx, name, "failed", f"the section's process exited {child.returncode}")
+    if saved is not None:  # its wall time, start-up and imports included
+        report.write_record(ctx, {**saved, "seconds": round(time.perf_counter() - tick, 1)})
+
+
+def run(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    if args.work and args.work.exists() and any(args.work.iterdir()):
+        raise SystemExit(f"gpu_check: --work {args.work} is not empty; give a new folder (or none: one under /tmp)")
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpt1-gpu-check-"))
+    ctx = Context(out=args.out.resolve(), work=work.resolve(), bundle=args.bundle.resolve(), device=device,
+                  tiny=args.tiny or device == "cpu", started=time.time(), budget_s=args.budget_s or BUDGET[device])
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    ctx.save()
+    command = " ".join(["bench/gpu_check.sh", *sys.argv[2:]])
+    print(f"gpu_check: device {device}, work {ctx.work}, bundle {ctx.bundle}, budget {ctx.budget_s:.0f} s", flush=True)
+    table = report.write(ctx, command)
+    for name, _, _ in report.SECTIONS:
+        run_section(ctx, name)
+        table = report.write(ctx, command)
+    print("\n" + table, flush=True)
+    return 0 if all(r["status"] in ("ok", "skipped") for r in report.records(ctx)) else 1
+
+
+def section(args: argparse.Namespace) -> int:
+    """One section in this process; an exception is written into its record (what it saved before stays)."""
+    ctx = Context.load(args.work.resolve())
+    module, function = RUNS[args.name].split(":")
+    try:
+        getattr(importlib.import_module(module), function)(ctx)
+    except BaseException as err:
+        text = "".join(traceback.format_exception(err)[-8:])
+        print(text, file=sys.stderr)
+        report.write_record(ctx, report.fallback_record(ctx, args.name, "failed", text))
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.command == "prepare":
+        from gpu.bundle import prepare
+
+        prepare(args.bundle.resolve(), args.wheels, args.sample, args.book_chars)
+        return 0
+    return run(args) if args.command == "run" else section(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
