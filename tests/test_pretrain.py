@@ -503,13 +503,16 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_ends_like_an_uninterrupted_r
     SIGKILL after the first resumable checkpoint; torchrun restarts the group, both ranks resume from that checkpoint
     (sampler, RNG, optimizer), and the weights are the same bytes as an uninterrupted 2-process run's."""
     settings = [*LONG, "pretrain.batch_size=8", "pretrain.micro_batch_size=2"]
+    # The restarted workers must not find the first attempt's addresses in torchrun's rendezvous store, which they
+    # share by default (pytorch/pytorch#135712: gloo then connects to a dead rank's port and the restart fails).
+    env = {**subprocess_env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
     def torchrun(out: Path, restarts: int) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                 f"--max-restarts={restarts}", "-m", "gpt1", *pretrain_args(tiny_data, out, *settings)]
 
     killed = tmp_path / "killed"
-    group = subprocess.Popen(torchrun(killed, 1), env=subprocess_env, cwd=REPO, stdout=subprocess.PIPE,
+    group = subprocess.Popen(torchrun(killed, 1), env=env, cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
@@ -527,7 +530,7 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_ends_like_an_uninterrupted_r
     step = int(output.split("resuming from the checkpoint at step ")[1].split()[0])
     assert 0 < step < 400
     reference = tmp_path / "uninterrupted"
-    whole = subprocess.run(torchrun(reference, 0), env=subprocess_env, cwd=REPO, capture_output=True, text=True,
+    whole = subprocess.run(torchrun(reference, 0), env=env, cwd=REPO, capture_output=True, text=True,
                            timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert (killed / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
