@@ -37,7 +37,7 @@ from typing import Any
 
 from common import MIRROR, REPO, machine
 
-from gpt1.config import Config, load_config
+from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
 from gpt1.taskdata import train_cap
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
             finetune_cost(no_aux, tuned, lengths[task], train_n, eval_n, ft, 0.0, args)
             finetune_cost(lstm_line, lstm, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args)
     layers = Line(f"layers (MNLI, RACE x {model['n_layer'] + 1})")
-    for task in ("mnli", "race"):
+    for task in LAYER_TRANSFER_TASKS:
         train, evaluated = HUB_SPLITS[task]
         train_n = capped(train, cfg.p["layers"]["max_train_examples"] or ft["max_train_examples"])
         for _ in range(model["n_layer"] + 1):

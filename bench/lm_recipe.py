@@ -1,6 +1,6 @@
 """Pre-training recipes compared on the same token ids and the same validation windows, one factor at a time.
 
-Every arm runs the pipeline's own pre-training (`gpt1.pretrain.pretrain_stage`) on the default profile's encoded
+Every arm runs the pipeline's own pre-training loop (`gpt1.pretraining`) on the default profile's encoded
 corpus (results/default/ids, made by `snakemake results/default/ids/train.bin`), with a few `--set`-style overrides
 of params.yaml. Validation windows come from pretrain.seed, so every arm is scored on the same 640 windows, and a
 run's perplexity does not depend on the machine's speed: only the wall times do. Arms run as separate processes,
@@ -90,17 +90,21 @@ def steps_keys_missing(names: list[str], extra: list[str]) -> list[str]:
 
 
 def run_arm(name: str, extra: list[str], out: Path) -> dict:
-    """One arm in this process: the pipeline's pre-training with the arm's overrides."""
-    from gpt1.config import load_config
-    from gpt1.pretrain import pretrain_stage
+    """One arm in this process: the pipeline's pre-training (plan, schedule, loop, validation) with the arm's
+    overrides; its last validation is the arm's result."""
+    from gpt1.config import load_config, pretrain_settings
+    from gpt1.pretraining import build_job, train
+    from gpt1.runtime import init_runtime
 
     cfg = load_config(REPO / "params.yaml", "default", resolve(ARMS[name], extra))
     ids, tokenizer = REPO / "results/default/ids", REPO / "results/default/tokenizer"
     start = time.perf_counter()
-    metrics = pretrain_stage(cfg, "gpt", ids, tokenizer, out)
-    return {"arm": name, "overrides": resolve(ARMS[name], extra), "val_perplexity": metrics["val_perplexity"],
-            "val_loss": metrics["val_loss"], "steps": metrics["steps"], "tokens": metrics["tokens"],
-            "wall_seconds": time.perf_counter() - start, "tokens_per_second": metrics["tokens_per_second"],
+    job = build_job("gpt", cfg.section("model"), pretrain_settings(cfg, "gpt"), ids, tokenizer, out, init_runtime())
+    progress = train(job)
+    last, tokens = progress.curves[-1], job.plan.total_steps * job.plan.tokens_per_step
+    return {"arm": name, "overrides": resolve(ARMS[name], extra), "val_perplexity": last["val_perplexity"],
+            "val_loss": last["val_loss"], "steps": job.plan.total_steps, "tokens": tokens,
+            "wall_seconds": time.perf_counter() - start, "tokens_per_second": tokens / max(progress.wall_seconds, 1e-9),
             "threads": int(os.environ.get("OMP_NUM_THREADS", "0")), "machine": machine()}
 
 

@@ -38,16 +38,16 @@ LOG = RESULTS.with_name("pretrain_tokens.jsonl")
 def snapshot_folder(arm: str, run: Path, entry: dict[str, Any], weights: Path, into: Path) -> Path:
     """A pre-training folder (model.json + model.safetensors), named after `arm`, that holds one snapshot of `run`,
     so fine-tuning can start from it: the run's final model.json with the snapshot's step, tokens and weights."""
-    from gpt1.checkpoints import MODEL_FILE, MODEL_JSON
+    from gpt1 import layout
     from gpt1.files import read_json
 
-    meta = read_json(run / MODEL_JSON) | {
+    meta = read_json(run / layout.MODEL_JSON) | {
         "step": entry["step"], "tokens": entry["tokens"],
         "weights": {"bytes": entry["bytes"], "sha256": entry["sha256"]}}
     folder = into / arm.replace(":", "-")
     folder.mkdir()
-    (folder / MODEL_JSON).write_text(json.dumps(meta, indent=2))
-    (folder / MODEL_FILE).symlink_to(weights.resolve())
+    (folder / layout.MODEL_JSON).write_text(json.dumps(meta, indent=2))
+    (folder / layout.MODEL_WEIGHTS).symlink_to(weights.resolve())
     return folder
 
 

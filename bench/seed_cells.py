@@ -20,9 +20,11 @@ from pathlib import Path
 
 from common import REPO
 
+from gpt1.config import LAYER_TRANSFER_TASKS
+
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 VARIANTS = ["pretrained", "scratch", "no_aux", "lstm"]
-LAYER_TASKS = ["mnli", "race"]
+LAYER_TASKS = list(LAYER_TRANSFER_TASKS)
 
 
 def cell(results: Path, task: str, variant: str, seed: int) -> float | None:

@@ -21,7 +21,7 @@ from common import REPO, machine
 from gpt1.checkpoints import load_pretrained
 from gpt1.config import load_config, pretrain_settings
 from gpt1.ids import load_ids, validation_offsets
-from gpt1.pretrain import evaluate
+from gpt1.pretraining import evaluate
 from gpt1.runtime import Runtime, resolve_precision
 
 

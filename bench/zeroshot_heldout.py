@@ -37,9 +37,9 @@ TOKENIZER = REPO / "results" / "default" / "tokenizer"
 
 @dataclass(frozen=True)
 class HeldOut:
-    """One task's probe on held-out examples, in the form gpt1.zeroshot.task_result reads."""
+    """One task's probe on held-out examples, in the form gpt1.probes.task_result reads."""
 
-    task: Any  # gpt1.zeroshot.TaskData
+    task: Any  # gpt1.probes.TaskData
     reference: dict[str, Any]
 
 
@@ -51,8 +51,8 @@ def complement(n: int, taken: np.ndarray) -> np.ndarray:
 def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed: int) -> list[HeldOut]:
     """The four probes on examples the zero-shot stage never reports (see the module's docstring)."""
     from gpt1.config import load_config
+    from gpt1.probes import TASK_ORDER, TaskData, cola_probe, dprd_probe, race_probe, sst2_calibrated_probe
     from gpt1.tasks import cap_positions, load_examples
-    from gpt1.zeroshot import TASK_ORDER, TaskData, cola_probe, dprd_probe, race_probe, sst2_calibrated_probe
 
     references = load_config(REPO / "params.yaml", "default").root["zeroshot_reference"]
     out = []
@@ -75,7 +75,7 @@ def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed:
 def score(weights: Path, tasks: list[HeldOut]) -> dict[str, Any]:
     """gpt1.zeroshot's Scored of every task under the model in `weights`."""
     from gpt1.checkpoints import load_pretrained
-    from gpt1.zeroshot import evaluate_probe
+    from gpt1.probes import evaluate_probe
 
     model, _ = load_pretrained(weights)
     model.eval()
@@ -86,7 +86,8 @@ def score(weights: Path, tasks: list[HeldOut]) -> dict[str, Any]:
 def points(runs: dict[str, Path]) -> dict[str, tuple[str, Path]]:
     """point name -> (weights sha256, weights): `first` once if every run starts from the same weights, else
     `NAME:first` per run; then `NAME:final` per run."""
-    from gpt1.checkpoints import MODEL_FILE, iter_snapshots
+    from gpt1 import layout
+    from gpt1.checkpoints import iter_snapshots
     from gpt1.files import sha256_file
 
     firsts = {name: next(iter(iter_snapshots(folder))) for name, folder in runs.items()}
@@ -96,7 +97,7 @@ def points(runs: dict[str, Path]) -> dict[str, tuple[str, Path]]:
     else:
         chosen = {f"{name}:first": (entry["sha256"], path) for name, (entry, path) in firsts.items()}
     for name, folder in runs.items():
-        chosen[f"{name}:final"] = (sha256_file(folder / MODEL_FILE), folder / MODEL_FILE)
+        chosen[f"{name}:final"] = (sha256_file(folder / layout.MODEL_WEIGHTS), folder / layout.MODEL_WEIGHTS)
     return chosen
 
 
@@ -107,7 +108,7 @@ def first_point(run: str, names: Any) -> str:
 
 def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Markdown: per task the first point (one per run when the runs start from different weights), each run's
-    final point, and final minus first (p); then the count. `results`: point -> task -> gpt1.zeroshot.task_result."""
+    final point, and final minus first (p); then the count. `results`: point -> task -> gpt1.probes.task_result."""
     def first(run: str) -> dict[str, Any]:
         return results[first_point(run, results)]
 
@@ -162,8 +163,8 @@ def main() -> None:
         print(table(list(runs), results))
         return
 
+    from gpt1.probes import task_result
     from gpt1.tokenizer import GPT1Tokenizer
-    from gpt1.zeroshot import task_result
 
     tasks = held_out_tasks(GPT1Tokenizer.load(TOKENIZER), args.examples, args.fit, args.reported, args.seed)
     chosen = points(runs)

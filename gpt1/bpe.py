@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpt1 import layout
-from gpt1.tokenizer import META_FILE, TOKENIZER_FILE, GPT1Tokenizer, train_on_corpus
+from gpt1.tokenizer import GPT1Tokenizer, train_on_corpus
 
 
 def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
@@ -31,10 +31,10 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
         if tok.n_merges < bpe["merges"]:
             print(f"bpe: the corpus yields only {tok.n_merges} of {bpe['merges']} merges at min_frequency "
                   f"{bpe['min_frequency']}")
-        with staged_outputs(out / TOKENIZER_FILE, out / META_FILE) as (tmp_tok, tmp_meta):
+        with staged_outputs(out / layout.TOKENIZER_FILE, out / layout.TOKENIZER_META) as (tmp_tok, tmp_meta):
             tok.save_files(tmp_tok, tmp_meta)
         run.set_tags({"gpt1.tokenizer_sha256": tok.fingerprint()})
         run.log_metrics({"train_seconds": seconds, "merges": tok.n_merges, "base_vocab_size": tok.base_vocab_size})
-        run.log_artifact(out / TOKENIZER_FILE)
-        run.log_artifact(out / META_FILE)
+        run.log_artifact(out / layout.TOKENIZER_FILE)
+        run.log_artifact(out / layout.TOKENIZER_META)
     return tok

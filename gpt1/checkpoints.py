@@ -28,10 +28,6 @@ from gpt1.files import first_difference, read_json, verify_file
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 
 MODEL_KINDS = ("gpt", "lstm")
-MODEL_FILE = layout.MODEL_WEIGHTS
-MODEL_JSON = layout.MODEL_JSON
-SNAPSHOT_DIR = layout.SNAPSHOTS
-SNAPSHOT_INDEX = layout.SNAPSHOT_INDEX
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -155,8 +151,8 @@ def snapshot_name(index: int) -> str:
 def iter_snapshots(out_dir: str | Path) -> Iterator[tuple[dict[str, Any], Path]]:
     """(index entry, weights file) of each snapshot of a finished run, in order."""
     out = Path(out_dir)
-    for entry in read_json(out / SNAPSHOT_DIR / SNAPSHOT_INDEX):
-        yield entry, out / SNAPSHOT_DIR / snapshot_name(entry["index"])
+    for entry in read_json(out / layout.SNAPSHOTS / layout.SNAPSHOT_INDEX):
+        yield entry, out / layout.SNAPSHOTS / snapshot_name(entry["index"])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -179,11 +175,11 @@ def _model_from_weights(path: Path, meta: dict[str, Any] | None,
             diff = first_difference({"kind": meta.get("kind"), "config": meta.get("config")},
                                     {"kind": kind, "config": values})
             key, a, b = diff or ("config", "?", "?")
-            raise CheckpointError(f"{path}: made with {key}={b!r}, but {MODEL_JSON} beside it says {key}={a!r}")
+            raise CheckpointError(f"{path}: made with {key}={b!r}, but {layout.MODEL_JSON} beside it says {key}={a!r}")
     elif meta is not None:
         info = dict(meta)
     else:
-        raise CheckpointError(f"{path}: no gpt1 metadata and no {MODEL_JSON} beside it; cannot tell its config")
+        raise CheckpointError(f"{path}: no gpt1 metadata and no {layout.MODEL_JSON} beside it; cannot tell its config")
     model = build_model(info["kind"], config_from_dict(info["kind"], info["config"], str(path)))
     load_weights(model, tensors, str(path))
     return model.eval(), {**info, "source": str(path)}
@@ -192,10 +188,10 @@ def _model_from_weights(path: Path, meta: dict[str, Any] | None,
 def _weights_record(path: Path) -> tuple[dict[str, Any] | None, Path] | None:
     """Where a finished run recorded this weights file: model.json beside the model, or the snapshot index. None for
     a lone file (its own metadata is all there is)."""
-    if path.name == MODEL_FILE and (path.parent / MODEL_JSON).is_file():
-        return read_json(path.parent / MODEL_JSON).get("weights"), path.parent / MODEL_JSON
-    index = path.parent / SNAPSHOT_INDEX
-    if path.parent.name == SNAPSHOT_DIR and index.is_file():
+    if path.name == layout.MODEL_WEIGHTS and (path.parent / layout.MODEL_JSON).is_file():
+        return read_json(path.parent / layout.MODEL_JSON).get("weights"), path.parent / layout.MODEL_JSON
+    index = path.parent / layout.SNAPSHOT_INDEX
+    if path.parent.name == layout.SNAPSHOTS and index.is_file():
         entries = {snapshot_name(e["index"]): e for e in read_json(index)}
         return entries.get(path.name), index
     return None
@@ -227,24 +223,20 @@ def load_pretrained(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     meta holds kind, config, tokenizer_sha256, step, tokens, numerics (gpt1.numerics' record) and source (None
     where unknown, e.g. for HF)."""
     path = Path(source)
-    if path.is_dir() and (path / MODEL_JSON).is_file():
-        meta = read_json(path / MODEL_JSON)
-        return _model_from_weights(path / MODEL_FILE, meta, (meta.get("weights"), path / MODEL_JSON))
+    if path.is_dir() and (path / layout.MODEL_JSON).is_file():
+        meta = read_json(path / layout.MODEL_JSON)
+        return _model_from_weights(path / layout.MODEL_WEIGHTS, meta, (meta.get("weights"), path / layout.MODEL_JSON))
     if path.is_file() and path.suffix == ".safetensors":
-        meta = _sibling_meta(path.parent / MODEL_JSON, path.parent.parent / MODEL_JSON)
+        meta = _sibling_meta(path.parent / layout.MODEL_JSON, path.parent.parent / layout.MODEL_JSON)
         return _model_from_weights(path, meta, _weights_record(path))
     if path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
-        raise CheckpointError(f"{path}: not a pretrain folder ({MODEL_JSON}), a .safetensors file or a Hugging Face "
-                              f"folder (config.json)")
+        raise CheckpointError(f"{path}: not a pretrain folder ({layout.MODEL_JSON}), a .safetensors file or a "
+                              f"Hugging Face folder (config.json)")
     return _load_hf_model(source, path)
 
 
 __all__ = [
-    "MODEL_FILE",
-    "MODEL_JSON",
     "MODEL_KINDS",
-    "SNAPSHOT_DIR",
-    "SNAPSHOT_INDEX",
     "CheckpointError",
     "build_model",
     "canonical_safetensors",

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from gpt1 import numerics
+from gpt1 import cores
 from gpt1.boundary import killable, report
-from gpt1.config import load_config
-from gpt1.errors import ConfigError, UsageError
+from gpt1.config import LAYER_TRANSFER_TASKS, load_config
 from gpt1.preflight import check_stage
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
@@ -40,33 +38,6 @@ def seed(text: str) -> int:
     return value
 
 
-# --workers: processes for the stages that fan text out to a pool, torch threads for the stages that run a model;
-# the rest run one process on one core and take no --workers.
-POOL_STAGES = frozenset({"clean", "bpe", "encode"})
-TORCH_STAGES = frozenset({"pretrain", "finetune", "layers", "zeroshot"})
-WORKERS_ENV = ("GPT1_WORKERS", "OMP_NUM_THREADS")  # Snakemake sets OMP_NUM_THREADS to a job's threads
-
-
-def env_workers() -> int | None:
-    """GPT1_WORKERS, else OMP_NUM_THREADS (so a Snakemake job's `threads` hold), else None."""
-    for name in WORKERS_ENV:
-        value = os.environ.get(name, "").split(",")[0].strip()  # OpenMP's nested form "4,2": the outer level
-        if value:
-            if not value.isdigit() or int(value) < 1:
-                raise ConfigError(f"{name}={value!r}: expected a number of cores to use, at least 1")
-            return int(value)
-    return None
-
-
-def default_workers(command: str) -> int | None:
-    """--workers when not given: the environment's (above), else every core for a pool and torch's own default for
-    a model (None: leave it, torch picks)."""
-    workers = env_workers()
-    if workers is None and command in POOL_STAGES:
-        return len(os.sched_getaffinity(0))
-    return workers
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file (default: params.yaml)")
     parser.add_argument("--profile", help="profile to run (default: the `profile` key of params.yaml)")
@@ -79,10 +50,10 @@ def _stage(sub, name: str, help_text: str, call: Callable, *dirs: tuple[str, str
     _common(parser)
     for flag, what in dirs:
         parser.add_argument(flag, type=Path, required=True, help=what)
-    if name in POOL_STAGES:
+    if name in cores.POOL_STAGES:
         parser.add_argument("--workers", type=int, default=None, help="processes to use (default: GPT1_WORKERS, "
                             "else OMP_NUM_THREADS, which Snakemake sets to the job's threads, else all cores)")
-    elif name in TORCH_STAGES:
+    elif name in cores.TORCH_STAGES:
         parser.add_argument("--workers", type=int, default=None,
                             help="torch threads when the profile is not pinned (a pinned one computes with "
                                  "cpu.threads; default: GPT1_WORKERS, else torch's own: OMP_NUM_THREADS, which "
@@ -199,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     _stage(sub, "layers", "Layers transferred (Figure 2 left): fine-tune TASK with 0..n_layer pre-trained blocks; "
            "write OUT/layers.json and layers.csv.", _layers, ("--pretrained", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
-    sub.choices["layers"].add_argument("--task", required=True, help="mnli or race")
+    sub.choices["layers"].add_argument("--task", required=True, help=" or ".join(LAYER_TRANSFER_TASKS))
     sub.choices["layers"].add_argument("--seed", type=seed, required=True, help="the run's seed (0 .. 2**32 - 1)")
     finetune.add_argument("--transfer-layers", type=int, default=None, metavar="K",
                           help="keep the embeddings and the first K pre-trained blocks, re-initialise the rest")
@@ -222,35 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _model_threads(cpu: dict, workers: int | None, explicit: bool) -> int | None:
-    """A model stage's torch threads: the profile's cpu.threads when pinned (the bytes depend on it, so neither
-    --cores nor the machine may change it), else --workers / GPT1_WORKERS / OMP_NUM_THREADS, else torch's own."""
-    if not cpu["pinned"]:
-        return workers
-    if explicit and workers != cpu["threads"]:
-        raise UsageError(f"--workers {workers}: the profile pins every model job to cpu.threads={cpu['threads']} "
-                         f"(cpu.pinned: true, the same bytes on every host); use --set cpu.threads={workers} "
-                         f"(other bytes, as reproducible) or --set cpu.pinned=false (the host's speed)")
-    if workers is not None and workers != cpu["threads"]:
-        print(f"gpt1: computing with cpu.threads={cpu['threads']} torch threads (pinned), not the "
-              f"{workers} of the environment", file=sys.stderr)
-    return cpu["threads"]
-
-
 def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.params, args.profile, args.overrides)
-    cpu = cfg.section("cpu")
-    if cpu["pinned"]:
-        numerics.pin_environment()  # before any stage module loads torch: the libraries read it once
-    explicit = args.workers is not None
-    if args.workers is None and args.command in POOL_STAGES | TORCH_STAGES:
-        args.workers = default_workers(args.command)
-    elif args.workers is not None and args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
         return 2
-    if args.command in TORCH_STAGES:
-        args.workers = _model_threads(cpu, args.workers, explicit)
-        numerics.apply(cpu["pinned"], args.workers)
+    args.workers = cores.prepare_process(args.command, cfg.section("cpu"), args.workers)
     check_stage(args)
     args.call(cfg, args)
     return 0

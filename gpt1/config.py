@@ -77,6 +77,11 @@ def yaml12_floats(value: Any) -> Any:
     return value
 
 
+# Figure 2 left: the tasks whose fine-tuning is run with 0..n_layer pre-trained blocks, and the report each curve is
+# drawn from (the paper: MultiNLI and RACE dev accuracy). Read by the schema (above), the layers stage, its CLI
+# argument and the Snakemake rule.
+LAYER_TRANSFER_TASKS = {"mnli": "mnli_m", "race": "race"}
+
 @dataclass(frozen=True)
 class Config:
     """The validated params.yaml with one profile selected."""
@@ -91,6 +96,11 @@ class Config:
 
     def section(self, name: str) -> dict[str, Any]:
         return self.p[name]
+
+    @property
+    def synthetic(self) -> bool:
+        """The project makes this profile's corpus and task data itself (smoke): no hub, no mirror."""
+        return makes_its_own_data(self.p)
 
     @property
     def data_mirror(self) -> Path | None:
@@ -112,6 +122,12 @@ class FinetuneSettings:
     mirror: Path | None
 
 
+def makes_its_own_data(profile: dict[str, Any]) -> bool:
+    """A profile (its settings mapping) whose corpus, and so task data, the project generates (corpus.source
+    synthetic): the one place that rule is written (`Config.synthetic`, and workflow/rules/common.smk)."""
+    return profile["corpus"]["source"] == "synthetic"
+
+
 def pretrain_settings(cfg: Config, kind: str) -> dict[str, Any]:
     """The profile's pretrain section for one model kind: pretrain.by_model.<kind> laid over the shared keys."""
     return _pretrain_for(cfg.section("pretrain"), kind)
@@ -124,11 +140,14 @@ def _pretrain_for(section: dict[str, Any], kind: str | None) -> dict[str, Any]:
 
 
 def finetune_settings(cfg: Config) -> FinetuneSettings:
-    return FinetuneSettings(cfg.section("finetune"), cfg.section("corpus")["source"] == "synthetic", cfg.data_mirror)
+    return FinetuneSettings(cfg.section("finetune"), cfg.synthetic, cfg.data_mirror)
 
 
 def _schema() -> dict[str, Any]:
-    return load_yaml(SCHEMA_PATH.read_text())
+    """params.schema.yaml, with the facts it takes from the code filled in (the layer-transfer tasks)."""
+    schema = load_yaml(SCHEMA_PATH.read_text())
+    schema["$defs"]["layer_task"]["enum"] = list(LAYER_TRANSFER_TASKS)
+    return schema
 
 
 def _key(path: Any) -> str:

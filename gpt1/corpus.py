@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import random
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,16 +14,15 @@ from gpt1 import layout
 from gpt1.errors import Gpt1Error
 from gpt1.files import (
     file_record,
-    pool_size,
     read_jsonl,
     sha256_text,
     staged_outputs,
     write_json,
     write_jsonl_line,
 )
+from gpt1.pool import bounded_imap, pool_size
 from gpt1.sources import iter_documents, source_description
-
-SPLITS = layout.SPLITS
+from gpt1.textnorm import clean_text
 
 
 def capped(documents: Iterable[dict[str, str]], max_documents: int | None, max_bytes: int | None):
@@ -65,22 +62,6 @@ def fetch(corpus: dict[str, Any], mirror: Path | None, out: Path, manifest: Path
     return info
 
 
-def unwrap(text: str) -> str:
-    """Join hard-wrapped lines into paragraphs (Gutenberg wraps at ~70 columns); one newline between paragraphs."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    paragraphs = (" ".join(line.strip() for line in block.split("\n")) for block in re.split(r"\n\s*\n", text))
-    return "\n".join(p.strip() for p in paragraphs if p.strip())
-
-
-def clean_text(text: str) -> str:
-    """ftfy, paragraph unwrapping, then the original GPT-1 standardisation."""
-    import ftfy
-
-    from gpt1.tokenizer import standardize
-
-    return standardize(unwrap(ftfy.fix_text(text)))
-
-
 def _clean_record(record: dict[str, str]) -> dict[str, str]:
     return {"id": record["id"], "text": clean_text(record["text"])}
 
@@ -94,11 +75,7 @@ def validation_indices(n: int, fraction: float, seed: int) -> set[int]:
 
 
 def _cleaned(records: Iterable[dict[str, str]], workers: int) -> Iterator[dict[str, str]]:
-    if workers <= 1:
-        yield from map(_clean_record, records)
-        return
-    with mp.get_context("spawn").Pool(workers) as pool:
-        yield from pool.imap(_clean_record, records, chunksize=1)
+    return bounded_imap(_clean_record, records, workers)
 
 
 def clean(raw: Path, corpus: dict[str, Any], outputs: dict[str, Path], manifest: Path, workers: int = 1):
@@ -127,17 +104,17 @@ def clean(raw: Path, corpus: dict[str, Any], outputs: dict[str, Path], manifest:
 
 
 def _split(kept: Path, held_out: set[int], outputs: dict[str, Path], manifest: Path, counts: dict[str, int]):
-    stats = {split: {"documents": 0, "text_bytes": 0} for split in SPLITS}
-    with staged_outputs(*(outputs[s] for s in SPLITS), manifest) as temps:
+    stats = {split: {"documents": 0, "text_bytes": 0} for split in layout.SPLITS}
+    with staged_outputs(*(outputs[s] for s in layout.SPLITS), manifest) as temps:
         with contextlib.ExitStack() as stack:
             handles = {s: stack.enter_context(open(t, "w", encoding="utf-8"))
-                       for s, t in zip(SPLITS, temps, strict=False)}
+                       for s, t in zip(layout.SPLITS, temps, strict=False)}
             for index, doc in enumerate(read_jsonl(kept)):
                 split = "validation" if index in held_out else "train"
                 write_jsonl_line(handles[split], doc)
                 stats[split]["documents"] += 1
                 stats[split]["text_bytes"] += len(doc["text"].encode())
-        for split, temp in zip(SPLITS, temps, strict=False):
+        for split, temp in zip(layout.SPLITS, temps, strict=False):
             stats[split].update(file_record(temp))
         info = {"dropped_empty": counts["empty"], "dropped_duplicate": counts["duplicate"],
                 "raw_documents": counts["raw"]}
@@ -173,13 +150,13 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})
         run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", raw_info["source"], raw_info["sha256"], "raw")
-        outputs = {split: out / layout.corpus_split(split) for split in SPLITS}
+        outputs = {split: out / layout.corpus_split(split) for split in layout.SPLITS}
         info = clean(raw_dir / layout.RAW, corpus, outputs, out / layout.CORPUS_MANIFEST, workers)
         run.log_metrics({
             "dropped_empty": info["dropped_empty"],
             "dropped_duplicate": info["dropped_duplicate"],
-            **{f"{s}_documents": info[s]["documents"] for s in SPLITS},
-            **{f"{s}_text_bytes": info[s]["text_bytes"] for s in SPLITS},
+            **{f"{s}_documents": info[s]["documents"] for s in layout.SPLITS},
+            **{f"{s}_text_bytes": info[s]["text_bytes"] for s in layout.SPLITS},
         })
         run.log_artifact(out / layout.CORPUS_MANIFEST)
     return info

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpt1 import layout
 from gpt1.taskdata import (
     ENCODE_STAGE,
-    ENCODED_JSON,
     data_settings,
     data_source,
     finetune_task,
@@ -32,7 +32,7 @@ def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)
     n_ctx = cfg.section("model")["n_ctx"]
     finetune = cfg.section("finetune")
-    source = data_source(cfg.data_mirror, cfg.section("corpus")["source"] == "synthetic", spec)
+    source = data_source(cfg.data_mirror, cfg.synthetic, spec)
     settings = data_settings(spec, finetune, source)
     params = {"task": task, "n_ctx": n_ctx, "tokenizer_sha256": tokenizer.fingerprint(), **settings}
     with stage_run(ENCODE_STAGE, cfg.profile, cfg.root["mlflow"]["experiment"], params,
@@ -40,7 +40,7 @@ def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -
         run.set_tags({"gpt1.task": task, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
         data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
         header = write_encoded(Path(out_dir), spec, data, tokenizer.fingerprint(), n_ctx, settings)
-        run.log_artifact(Path(out_dir) / ENCODED_JSON)  # what was encoded; the examples stay in the DVC cache
+        run.log_artifact(Path(out_dir) / layout.ENCODED_JSON)  # what was encoded; the examples stay in the DVC cache
         for context, part in [("train", data.train), *(("eval", p) for p in data.evals)]:
             run.log_dataset(f"{task}/{part.name}", part_source(spec, part), part_sha256(part), context)
             key = f"{context}.{part.split}"  # MLflow keys take no brackets: the split, not the cut

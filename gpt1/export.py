@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from gpt1 import layout
 from gpt1.errors import Gpt1Error, UsageError
 from gpt1.files import write_json
 from gpt1.hf import save_hf_dir
@@ -29,14 +30,14 @@ def _provenance(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
 def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str = "hf") -> Path:
     """`gpt1 export`: a pretrain folder (model.safetensors + model.json) -> OUT/ that
     `OpenAIGPTLMHeadModel.from_pretrained(OUT)` loads, plus gpt1_export.json (where it came from)."""
-    from gpt1.checkpoints import MODEL_JSON, load_pretrained
+    from gpt1.checkpoints import load_pretrained
     from gpt1.tracking import stage_run
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"--format {fmt!r}: valid formats are {', '.join(EXPORT_FORMATS)}")
-    if not (model_dir / MODEL_JSON).is_file():
-        raise Gpt1Error(f"{model_dir}: no {MODEL_JSON}; pass the output folder of gpt1 pretrain")
+    if not (model_dir / layout.MODEL_JSON).is_file():
+        raise Gpt1Error(f"{model_dir}: no {layout.MODEL_JSON}; pass the output folder of gpt1 pretrain")
     model, meta = load_pretrained(model_dir)
     if meta["kind"] != "gpt":
         raise Gpt1Error(f"{model_dir}: a {meta['kind']!r} model has no OpenAIGPT counterpart; export a gpt model")

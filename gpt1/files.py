@@ -13,14 +13,6 @@ from typing import IO, Any
 
 from gpt1.errors import Gpt1Error
 
-# Starting a pool of spawned workers costs seconds: below this input size one process finishes first.
-SMALL_INPUT_BYTES = 4_000_000
-
-
-def pool_size(source: Path, workers: int) -> int:
-    """`workers` for an input worth a worker pool, else 1."""
-    return workers if source.stat().st_size > SMALL_INPUT_BYTES else 1
-
 
 def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")

@@ -10,15 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpt1 import layout
+from gpt1 import layout, records
 from gpt1.config import finetune_settings
-from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_jsonl_line, write_sealed_json
+from gpt1.files import file_record, staged_outputs, without_timings, write_csv, write_jsonl_line
 from gpt1.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_job
 from gpt1.numerics import Numerics, in_effect, note_upstream
 from gpt1.taskdata import part_sha256, part_source
-from gpt1.tokenizer import META_FILE
 
-OUTPUT_FILES = layout.FINETUNE_FILES  # metrics.json, predictions.jsonl, curves.csv
 CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -26,7 +24,7 @@ CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
 
 
 def declared_outputs(out_dir: str | Path) -> list[Path]:
-    return [Path(out_dir) / name for name in OUTPUT_FILES]
+    return [Path(out_dir) / name for name in layout.FINETUNE_FILES]
 
 
 def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> None:
@@ -38,7 +36,8 @@ def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> 
                 write_jsonl_line(handle, line)
         write_csv(curves, CURVE_FIELDS, result.curves)
         files = {layout.PREDICTIONS: file_record(predictions), layout.FINETUNE_CURVES: file_record(curves)}
-        write_sealed_json(metrics, {**without_timings(result.metrics), "numerics": numerics.to_json(), "files": files})
+        records.write("finetune_metrics", metrics,
+                      {**without_timings(result.metrics), "numerics": numerics.to_json(), "files": files})
 
 
 def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
@@ -90,7 +89,7 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
         result = finetune_job(job, _mlflow_curves(run))
         write_outputs(out, result, numerics)
         run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
-        for name in OUTPUT_FILES:
+        for name in layout.FINETUNE_FILES:
             run.log_artifact(out / name)
         _log_model(run, job, cfg, result.metrics["updates"])
     return result.metrics
@@ -123,12 +122,13 @@ def _log_model(run: Any, job: FinetuneJob, cfg: Any, updates: int) -> None:
     from gpt1.mlflow_task_model import log_task_model
 
     tokenizer_dir = Path(job.tokenizer_source)
-    if not (tokenizer_dir / META_FILE).is_file():  # the released model's BPE (vocab.json, merges.txt) is not ours
+    # The released model's BPE (vocab.json, merges.txt) is not ours.
+    if not (tokenizer_dir / layout.TOKENIZER_META).is_file():
         print(f"finetune: model not logged to MLflow: {job.tokenizer_source} is not a gpt1 bpe folder")
         return
     clf_dropout = cfg.section("finetune")["clf_dropout"]
     log_task_model(run, job.model, job.spec, job.variant.name, clf_dropout, tokenizer_dir, updates)
 
 
-__all__ = ["CURVE_FIELDS", "OUTPUT_FILES", "declared_outputs", "finetune_stage", "job_numerics", "run_name",
+__all__ = ["CURVE_FIELDS", "declared_outputs", "finetune_stage", "job_numerics", "run_name",
            "write_outputs"]

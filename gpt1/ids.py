@@ -19,7 +19,6 @@ from tqdm import tqdm
 from gpt1.errors import IdsError
 from gpt1.files import (
     file_record,
-    pool_size,
     read_json,
     read_jsonl,
     sha256_file,
@@ -27,7 +26,8 @@ from gpt1.files import (
     verify_file,
     write_json,
 )
-from gpt1.tokenizer import GPT1Tokenizer, bounded_imap, paragraph_chunks
+from gpt1.pool import bounded_imap, pool_size
+from gpt1.tokenizer import GPT1Tokenizer, paragraph_chunks
 
 if TYPE_CHECKING:
     import torch

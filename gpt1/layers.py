@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpt1 import layout
+from gpt1 import layout, records
+from gpt1.config import LAYER_TRANSFER_TASKS
 from gpt1.errors import ConfigError, UsageError
 from gpt1.files import (
     file_record,
@@ -20,12 +21,9 @@ from gpt1.files import (
     staged_outputs,
     without_timings,
     write_csv,
-    write_sealed_json,
 )
 from gpt1.significance import Key, Prediction, column_test, predictions_by_key, report_se
 
-# The report each task's curve is drawn from (the paper: MultiNLI and RACE dev accuracy).
-CURVE_REPORT = {"mnli": "mnli_m", "race": "race"}
 CAPS = ("max_train_examples", "max_eval_examples")
 FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "train_examples", "dev_examples",
           "dev_split"]
@@ -37,7 +35,7 @@ def curve_point(k: int, metrics: dict[str, Any], predictions: Mapping[Key, Predi
     examples, the paired bootstrap p-value of this k against the curve's first (k = 0) on the same examples (None
     at k = 0), how many examples it trained on and was scored on, and what dev was. `predictions`, `first`: the
     fine-tuning runs' predictions by example key."""
-    name = CURVE_REPORT[metrics["task"]]
+    name = LAYER_TRANSFER_TASKS[metrics["task"]]
     report = metrics["reports"][name]
     return {"layers": k, "train_accuracy": metrics["train_accuracy"], "dev_accuracy": report["metrics"]["accuracy"],
             "dev_se": report_se(predictions, name, "accuracy"),
@@ -77,8 +75,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     from gpt1.runtime import default_device
     from gpt1.tracking import stage_run
 
-    if task not in CURVE_REPORT:
-        raise UsageError(f"--task {task!r}: the layer-transfer analysis covers {', '.join(CURVE_REPORT)}")
+    if task not in LAYER_TRANSFER_TASKS:
+        raise UsageError(f"--task {task!r}: the layer-transfer analysis covers {', '.join(LAYER_TRANSFER_TASKS)}")
     require_files("pretrain", Path(pretrained_dir) / layout.MODEL_JSON)
     pretrained = read_json(Path(pretrained_dir) / layout.MODEL_JSON)
     n_layer = pretrained["config"]["n_layer"]
@@ -105,7 +103,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
                   f" ± {points[-1]['dev_se']:.3f}")
         with staged_outputs(out_dir / layout.LAYERS_JSON, out_dir / layout.LAYERS_CSV) as (json_tmp, csv_tmp):
             write_csv(csv_tmp, FIELDS, points)
-            write_sealed_json(json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
+            records.write("layers", json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
                                          "runs": runs, "numerics": numerics.to_json(),
                                          "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
         run.log_artifact(out_dir / layout.LAYERS_CSV)

@@ -81,7 +81,7 @@ def log_language_model(run: Any, kind: str, model: torch.nn.Module, out_dir: Pat
     model.json; the tokenizer folder beside it. Returns the model URI."""
     import tempfile
 
-    from gpt1.checkpoints import MODEL_FILE, MODEL_JSON
+    from gpt1 import layout
 
     with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp:
         if kind == "gpt":
@@ -89,7 +89,7 @@ def log_language_model(run: Any, kind: str, model: torch.nn.Module, out_dir: Pat
 
             folder = save_hf_dir(model, Path(tmp) / "hf_model")
         else:
-            folder = _copy_files((MODEL_FILE, MODEL_JSON), out_dir, Path(tmp) / "model")
+            folder = _copy_files((layout.MODEL_WEIGHTS, layout.MODEL_JSON), out_dir, Path(tmp) / "model")
         artifacts = {"model": str(folder), "tokenizer": str(tokenizer_dir)}
         return run.log_model("model", LanguageModel(), artifacts, lm_signature(), step)
 

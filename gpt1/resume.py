@@ -27,13 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from gpt1 import layout
 from gpt1.checkpoints import load_weights, read_weights, save_weights
 from gpt1.errors import ResumeError
 from gpt1.files import file_record, first_difference, read_json, temp_path, verify_file, write_json
 from gpt1.model import GPTConfig, LSTMConfig
 
-RESUME_DIR = layout.RESUME
 LATEST = "latest.json"  # the pointer to the current checkpoint; written last, so a half-written checkpoint is ignored
 # Settings a resumed run may change: they do not change what is computed (checkpoint_every, compile) or only its
 # float summation order and dropout masks (micro_batch_size, a memory knob).
@@ -233,7 +231,6 @@ def load_checkpoint(resume: Path, settings: dict[str, Any], total_steps: int, mo
 __all__ = [
     "CHECKPOINT_FORMAT",
     "LATEST",
-    "RESUME_DIR",
     "RESUME_FREE_KEYS",
     "Progress",
     "ResumeError",

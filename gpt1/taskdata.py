@@ -54,8 +54,6 @@ DATA_SEED = 0
 SELECT_BEST_EPOCH = frozenset({"story_cloze"})  # no training split to spare: pick the best epoch on a slice
 SELECTION_FRACTION = 0.1
 # The settings that decide which examples a task's jobs see, and so what the encoded examples hold.
-ENCODED_JSON = layout.ENCODED_JSON
-EXAMPLES_FILE = layout.EXAMPLES_FILE
 ENCODE_STAGE = "encode_task"
 
 
@@ -257,13 +255,13 @@ def write_encoded(out_dir: Path, spec: TaskSpec, data: TaskData, tokenizer_sha25
     """OUT/examples.jsonl (one line per example of every part) and OUT/encoded.json (what they are, sealed),
     renamed into place together. Returns the header."""
     parts = [data.train, *data.evals]
-    with staged_outputs(out_dir / ENCODED_JSON, out_dir / EXAMPLES_FILE) as (header_tmp, lines_tmp):
+    with staged_outputs(out_dir / layout.ENCODED_JSON, out_dir / layout.EXAMPLES_FILE) as (header_tmp, lines_tmp):
         with open(lines_tmp, "w", encoding="utf-8") as handle:
             for k, part in enumerate(parts):
                 for example, transformed in zip(part.examples, part.transformed, strict=True):
                     write_jsonl_line(handle, _example_line(k, example, transformed))
         header = {"task": spec.name, "tokenizer_sha256": tokenizer_sha256, "n_ctx": n_ctx, "settings": settings,
-                  "parts": [_part_record(p) for p in parts], "files": {EXAMPLES_FILE: file_record(lines_tmp)}}
+                  "parts": [_part_record(p) for p in parts], "files": {layout.EXAMPLES_FILE: file_record(lines_tmp)}}
         write_sealed_json(header_tmp, header)
     return header
 
@@ -273,7 +271,7 @@ def _fix(folder: Path) -> str:
 
 
 def read_encoded_header(folder: Path) -> dict[str, Any]:
-    path = folder / ENCODED_JSON
+    path = folder / layout.ENCODED_JSON
     if not path.is_file():
         raise TaskDataError(f"{path}: missing; {_fix(folder)}")
     return read_sealed_json(path, ENCODE_STAGE, TaskDataError)
@@ -282,7 +280,7 @@ def read_encoded_header(folder: Path) -> dict[str, Any]:
 def check_encoded(header: dict[str, Any], folder: Path, spec: TaskSpec, tokenizer_sha256: str, n_ctx: int,
                   settings: dict[str, Any]) -> None:
     """Refuse encoded examples made for another task, tokenizer, context or data settings, before training."""
-    where = folder / ENCODED_JSON
+    where = folder / layout.ENCODED_JSON
     expected = {"task": spec.name, "tokenizer_sha256": tokenizer_sha256, "n_ctx": n_ctx}
     for key, value in expected.items():
         if header.get(key) != value:
@@ -305,9 +303,9 @@ def read_encoded(folder: Path, spec: TaskSpec, tokenizer_sha256: str, n_ctx: int
     folder = Path(folder)
     header = read_encoded_header(folder)
     check_encoded(header, folder, spec, tokenizer_sha256, n_ctx, settings)
-    lines_path = folder / EXAMPLES_FILE
-    verify_file(lines_path, header["files"].get(EXAMPLES_FILE), ENCODE_STAGE, folder / ENCODED_JSON, _fix(folder),
-                TaskDataError)
+    lines_path = folder / layout.EXAMPLES_FILE
+    verify_file(lines_path, header["files"].get(layout.EXAMPLES_FILE), ENCODE_STAGE, folder / layout.ENCODED_JSON,
+                _fix(folder), TaskDataError)
     records = header["parts"]
     examples: list[list[Example]] = [[] for _ in records]
     transformed: list[list[Transformed]] = [[] for _ in records]

@@ -10,7 +10,6 @@ Two pre-tokenisers, chosen in params.yaml (`bpe.pretokenizer`):
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,25 +21,15 @@ from tokenizers.models import BPE
 
 from gpt1 import layout
 from gpt1.errors import TokenizerError
-from gpt1.files import pool_size, sha256_text, write_json
+from gpt1.files import sha256_text, write_json
+from gpt1.pool import bounded_imap, pool_size
+from gpt1.textnorm import standardize
 
 UNK = "<unk>"
 SUFFIX = "</w>"
 # Reserved after the BPE vocabulary, never produced from text: the fine-tuning input transformations use them.
 FINETUNE_SPECIALS = ("_start_", "_delimiter_", "_classify_")
 PRETOKENIZERS = ("spacy", "fast")
-TOKENIZER_FILE = layout.TOKENIZER_FILE
-META_FILE = layout.TOKENIZER_META
-
-
-def standardize(text: str) -> str:
-    """The original GPT-1 `text_standardize`: unify dashes and ellipses, space out punctuation, tidy whitespace."""
-    text = text.replace("\u2014", "-").replace("\u2013", "-").replace("\u2015", "-")
-    text = text.replace("\u2026", "...").replace("\u00b4", "'")
-    text = re.sub(r"""(-+|~+|!+|"+|;+|\?+|\++|,+|\)+|\(+|\\+|\/+|\*+|\[+|\]+|}+|{+|\|+|_+)""", r" \1 ", text)
-    text = re.sub(r"\s*\n\s*", " \n ", text)
-    text = re.sub(r"[^\S\n]+", " ", text)
-    return text.strip()
 
 
 @cache
@@ -153,7 +142,7 @@ class GPT1Tokenizer:
     def save(self, folder: str | Path) -> tuple[Path, Path]:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        return self.save_files(folder / TOKENIZER_FILE, folder / META_FILE)
+        return self.save_files(folder / layout.TOKENIZER_FILE, folder / layout.TOKENIZER_META)
 
     def save_files(self, tokenizer_file: Path, meta_file: Path) -> tuple[Path, Path]:
         self.backend.save(str(tokenizer_file))
@@ -170,14 +159,14 @@ class GPT1Tokenizer:
     @classmethod
     def load(cls, folder: str | Path) -> GPT1Tokenizer:
         folder = Path(folder)
-        for name in (TOKENIZER_FILE, META_FILE):
+        for name in (layout.TOKENIZER_FILE, layout.TOKENIZER_META):
             if not (folder / name).is_file():
                 raise TokenizerError(f"{folder / name}: missing; run the bpe stage (gpt1 bpe) first")
-        meta = json.loads((folder / META_FILE).read_text())
-        tok = cls(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), meta["pretokenizer"])
+        meta = json.loads((folder / layout.TOKENIZER_META).read_text())
+        tok = cls(Tokenizer.from_file(str(folder / layout.TOKENIZER_FILE)), meta["pretokenizer"])
         if tok.fingerprint() != meta["sha256"]:
-            raise TokenizerError(f"{folder}: {TOKENIZER_FILE} does not match the sha256 in {META_FILE}; "
-                                 "re-run gpt1 bpe")
+            raise TokenizerError(f"{folder}: {layout.TOKENIZER_FILE} does not match the sha256 in "
+                                 f"{layout.TOKENIZER_META}; re-run gpt1 bpe")
         return tok
 
 
@@ -303,20 +292,6 @@ def paragraph_chunks(text: str, chunk_chars: int) -> list[str]:
     if current:
         chunks.append("\n".join(current))
     return [c for c in chunks if c.strip()]
-
-
-def bounded_imap(function, items: Iterable, workers: int, window: int = 64) -> Iterator:
-    """`Pool.imap` in order, but reading at most `window` items ahead, so memory does not grow with the input."""
-    import itertools
-    import multiprocessing as mp
-
-    items = iter(items)
-    if workers <= 1:
-        yield from map(function, items)
-        return
-    with mp.get_context("spawn").Pool(workers) as pool:
-        while batch := list(itertools.islice(items, window)):
-            yield from pool.imap(function, batch)
 
 
 def _corpus_chunks(corpus_jsonl: Path, chunk_chars: int) -> Iterator[str]:

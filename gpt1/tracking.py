@@ -177,6 +177,11 @@ def _store_errors() -> tuple[type[BaseException], ...]:
 
 def _store_fix(message: str) -> str:
     lowered = message.lower()
+    if "401" in lowered or "not authenticated" in lowered or "unauthorized" in lowered:
+        return ("the server wants a user: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (the server's "
+                "admin makes users; tools/mlflow_server.py --auth writes them to STATE/credentials.env)")
+    if "403" in lowered or "permission" in lowered:
+        return "this user may not do that: ask the server's admin for EDIT on the experiment (params.yaml mlflow)"
     if "locked" in lowered:
         return "another process holds the store; let it finish or stop it, then rerun"
     if "malformed" in lowered or "not a database" in lowered:

@@ -27,7 +27,8 @@ def planned_jobs(root: Path, profile: str) -> list[dict]:
         return [
             {"rule": job.rule.name, "wildcards": [str(v) for v in job.wildcards],
              "input": [str(f) for f in job.input], "output": [str(f) for f in job.output],
-             "log": [str(f) for f in job.log], "shell": job.shellcmd}
+             "log": [str(f) for f in job.log], "shell": job.shellcmd,
+             "settings": dict(job.params).get("settings")}
             for job in workflow.dag.jobs
         ]
 

@@ -67,12 +67,13 @@ def rte_file(mirror: Path, split: str) -> Path:
 def world(tiny_data, trained_gpt, tmp_path_factory) -> Path:
     """Finished outputs of every stage a case needs, each folder where the stage would write it again."""
     from gpt1 import corpus as stages
+    from gpt1 import layout
     from gpt1.files import read_jsonl
 
     root = tmp_path_factory.mktemp("world")
     corpus = tiny_config("corpus.synthetic_documents=12").section("corpus")
     stages.fetch(corpus, None, root / "raw/raw.jsonl", root / "raw/raw.manifest.json")
-    splits = {s: root / f"corpus/{s}.jsonl" for s in stages.SPLITS}
+    splits = {s: root / f"corpus/{s}.jsonl" for s in layout.SPLITS}
     stages.clean(root / "raw/raw.jsonl", corpus, splits, root / "corpus/manifest.json")
     shutil.copytree(tiny_data.tokenizer, root / "tokenizer")
     shutil.copytree(tiny_data.ids, root / "ids")
@@ -286,15 +287,16 @@ def make_checkpoint(w: Path) -> None:
 
 def stop_after_first_checkpoint(w: Path) -> None:
     import gpt1.pretrain as pretrain
+    import gpt1.pretraining as pretraining
 
-    real = pretrain.save_checkpoint
+    real = pretraining.save_checkpoint
 
     def save_then_stop(*args, **kwargs):
         real(*args, **kwargs)
         raise KeyboardInterrupt
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pretrain, "save_checkpoint", save_then_stop)
+        mp.setattr(pretraining, "save_checkpoint", save_then_stop)
         with contextlib.suppress(KeyboardInterrupt):
             pretrain.pretrain_stage(tiny_config(), "gpt", w / "ids", w / "tokenizer", w / "pretrain")
 

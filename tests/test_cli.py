@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpt1 import cli
-from gpt1.cli import build_parser, default_workers, main
+from gpt1 import cores
+from gpt1.cli import build_parser, main
+from gpt1.cores import default_workers
 from gpt1.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,17 +93,17 @@ def test_model_threads_pinned_and_unpinned(capsys):
     """Pinned: cpu.threads whatever the environment asks (one line says so); an explicit --workers that differs is
     refused with the settings that would do it. Unpinned: what was asked, None leaving torch's choice."""
     pinned = {"pinned": True, "threads": 1}
-    assert cli._model_threads(pinned, None, explicit=False) == 1
-    assert cli._model_threads(pinned, 1, explicit=True) == 1
-    assert cli._model_threads(pinned, 2, explicit=False) == 1
+    assert cores.model_threads(pinned, None, explicit=False) == 1
+    assert cores.model_threads(pinned, 1, explicit=True) == 1
+    assert cores.model_threads(pinned, 2, explicit=False) == 1
     note = "computing with cpu.threads=1 torch threads (pinned), not the 2 of the environment"
     assert note in capsys.readouterr().err
     with pytest.raises(UsageError, match=r"--workers 2: the profile pins every model job to cpu.threads=1.*"
                                          r"--set cpu.threads=2.*--set cpu.pinned=false"):
-        cli._model_threads(pinned, 2, explicit=True)
+        cores.model_threads(pinned, 2, explicit=True)
     unpinned = {"pinned": False, "threads": None}
-    assert cli._model_threads(unpinned, 3, explicit=True) == 3
-    assert cli._model_threads(unpinned, None, explicit=False) is None
+    assert cores.model_threads(unpinned, 3, explicit=True) == 3
+    assert cores.model_threads(unpinned, None, explicit=False) is None
 
 
 def test_explicit_workers_against_the_pin_exit_2(capsys, tmp_path):

@@ -123,55 +123,61 @@ def test_an_import_without_its_file_fails_the_check(tmp_path):
     shutil.copytree(REPO / "gpt1", package, ignore=shutil.ignore_patterns("__pycache__"))
     with (package / "tokenizer.py").open("a") as handle:
         handle.write("\n\ndef _added() -> None:\n    from gpt1 import significance  # noqa: F401\n")
-    assert "gpt1/significance.py" in stage_code("clean", package)
+    assert "gpt1/significance.py" in stage_code("bpe", package)
     tool = load_tool()
     text = (REPO / "dvc.yaml").read_text()
     found = tool.differences(text, package)
-    for stage in ("fetch", "clean", "bpe", "encode"):  # significance.py and the metrics.py it imports
+    for stage in ("bpe", "encode"):  # significance.py and the metrics.py it imports
         assert found[stage] == (["gpt1/metrics.py", "gpt1/significance.py"], []), stage
-    assert "report" not in found  # the report does not run tokenizer.py
+    assert not {"fetch", "clean", "report"} & set(found)  # they do not run tokenizer.py
     assert tool.differences(tool.rewrite(text, package), package) == {}
 
 
 def test_tool_check_and_write_keep_the_rest_of_dvc_yaml(tmp_path):
     original = (REPO / "dvc.yaml").read_text()
-    broken = original.replace("      - gpt1/tokenizer.py\n", "", 1).replace(
+    broken = original.replace("      - gpt1/textnorm.py\n", "", 1).replace(
         "      - gpt1/errors.py\n", "      - gpt1/errors.py\n      - gpt1/layers.py\n", 1)
     path = tmp_path / "dvc.yaml"
     path.write_text(broken)
     run = [sys.executable, str(TOOL), "--dvc-yaml", str(path)]
     check = subprocess.run([*run, "--check"], capture_output=True, text=True)
     assert check.returncode == 1
-    assert "stage fetch: missing ['gpt1/tokenizer.py'], extra ['gpt1/layers.py']" in check.stderr
+    assert "stage fetch: missing ['gpt1/textnorm.py'], extra ['gpt1/layers.py']" in check.stderr
     subprocess.run([*run, "--write"], check=True)
     assert path.read_text() == original
     assert subprocess.run([*run, "--check"]).returncode == 0
 
 
-def test_changing_tokenizer_reruns_clean_in_both_engines(tmp_path):
-    """gpt1/tokenizer.py is a code input of clean in dvc.yaml, and Snakemake plans clean again once it is newer
-    than clean's outputs (a dry run over stand-in files: nothing runs)."""
-    assert "gpt1/tokenizer.py" in stage_code("clean")
-    clean = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["clean"]
-    assert "gpt1/tokenizer.py" in clean["deps"]
+def test_editing_the_tokenizer_reruns_bpe_but_not_fetch_or_clean_in_both_engines(tmp_path):
+    """gpt1/tokenizer.py holds the tokenizer only (the text standardisation is gpt1/textnorm.py, the pool helper
+    gpt1/pool.py): it is a code input of bpe and not of fetch or clean, in dvc.yaml and in Snakemake, which plans bpe
+    again once tokenizer.py is newer than its outputs and leaves the corpus alone (a dry run over stand-in files:
+    nothing runs)."""
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for stage in ("fetch", "clean"):
+        assert "gpt1/tokenizer.py" not in stage_code(stage) and "gpt1/tokenizer.py" not in dvc[stage]["deps"]
+    assert "gpt1/tokenizer.py" in stage_code("bpe") and "gpt1/tokenizer.py" in dvc["bpe"]["deps"]
+    assert "gpt1/textnorm.py" in dvc["clean"]["deps"] and "gpt1/textnorm.py" in dvc["bpe"]["deps"]
     root = workspace(tmp_path, "smoke")
-    corpus = root / "results" / "smoke" / "corpus"
-    corpus.mkdir(parents=True)
-    names = ["raw.jsonl", "raw.manifest.json", "train.jsonl", "validation.jsonl", "manifest.json"]
+    results = root / "results" / "smoke"
+    names = ["corpus/raw.jsonl", "corpus/raw.manifest.json", "corpus/train.jsonl", "corpus/validation.jsonl",
+             "corpus/manifest.json", "tokenizer/tokenizer.json", "tokenizer/gpt1_tokenizer.json"]
     for age, name in enumerate(names):  # each file newer than the one before: everything up to date
-        (corpus / name).write_text("{}\n")
-        os.utime(corpus / name, (1_000_000 + age, 1_000_000 + age))
+        (results / name).parent.mkdir(parents=True, exist_ok=True)
+        (results / name).write_text("{}\n")
+        os.utime(results / name, (1_000_000 + age, 1_000_000 + age))
     for path in root.joinpath("gpt1").rglob("*"):
         os.utime(path, (999_000, 999_000))
-    target = "results/smoke/corpus/train.jsonl"
-    dry_run = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--rerun-triggers", "mtime", "--", target]
 
-    def planned() -> str:
+    def planned(target: str) -> str:
+        dry_run = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--rerun-triggers", "mtime", "--", target]
         out = subprocess.run(dry_run, cwd=root, capture_output=True, text=True)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
         return out.stdout + out.stderr
 
-    assert "Nothing to be done" in planned()
+    tokenizer = "results/smoke/tokenizer/tokenizer.json"
+    assert "Nothing to be done" in planned(tokenizer)
     os.utime(root / "gpt1" / "tokenizer.py")  # edited now
-    plan = planned()
-    assert "rule clean:" in plan and "gpt1/tokenizer.py" in plan
+    assert "Nothing to be done" in planned("results/smoke/corpus/train.jsonl")
+    plan = planned(tokenizer)
+    assert "rule bpe:" in plan and "gpt1/tokenizer.py" in plan and "rule clean:" not in plan

@@ -47,7 +47,7 @@ def test_paper_profile_is_the_papers_recipe():
 
 
 def test_gpu_profile_is_the_papers_model_and_finetuning_with_shorter_pretraining():
-    from gpt1.pretrain import make_plan
+    from gpt1.pretraining import make_plan
 
     paper, gpu = (load_config(REPO / "params.yaml", name).p for name in ("paper", "gpu"))
     assert gpu["model"] == paper["model"] and gpu["bpe"] == paper["bpe"]

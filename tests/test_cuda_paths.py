@@ -8,8 +8,8 @@ restore), and check it is what a GPU run needs.
 | branch | where | tests (words of their names) |
 | --- | --- | --- |
 | device cuda:LOCAL_RANK, set_device, DDP backend nccl or gloo | runtime.init_runtime, ddp_backend | init_runtime |
-| DDP device_ids | pretrain._wrap | ddp_wraps |
-| torch.compile | runtime.resolve_compile, pretrain._wrap | compile, compiled_model |
+| DDP device_ids | pretraining.wrap | ddp_wraps |
+| torch.compile | runtime.resolve_compile, pretraining.wrap | compile, compiled_model |
 | autocast dtype | runtime.resolve_precision, autocast | precision, autocast |
 | TF32 | runtime.configure_device | configure_device |
 | flash attention first | runtime.attention_backends, attention_kernels | attention |
@@ -37,7 +37,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1 import ids, pretrain, resume, runtime
+from gpt1 import ids, pretrain, pretraining, resume, runtime
 from gpt1.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,7 +163,7 @@ def test_ddp_wraps_the_local_gpu_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", RecordingDDP)
     for device in (torch.device("cuda", 1), CPU):
         job = SimpleNamespace(raw=nn.Linear(2, 2), compiled=False, rt=Runtime(1, 2, 1, device, True))
-        model, evaluator = pretrain._wrap(job)
+        model, evaluator = pretraining.wrap(job)
         assert isinstance(model, RecordingDDP) and model.module is job.raw and evaluator is job.raw
     assert made == [[1], None]
 
@@ -173,7 +173,7 @@ def test_compiled_model_is_what_trains_and_evaluates(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(torch, "compile", lambda module: compiled.append(module) or nn.Sequential(module))
     job = SimpleNamespace(raw=nn.Linear(2, 2), compiled=runtime.resolve_compile("auto", CUDA),
                           rt=Runtime(0, 1, 0, CUDA, False))
-    model, evaluator = pretrain._wrap(job)
+    model, evaluator = pretraining.wrap(job)
     assert compiled == [job.raw] and model is evaluator and model[0] is job.raw
 
 
@@ -183,14 +183,14 @@ def test_compiled_model_is_what_trains_and_evaluates(monkeypatch: pytest.MonkeyP
 def test_prepare_on_cuda_asks_for_fused_adamw_bf16_compile_and_tf32(
     monkeypatch: pytest.MonkeyPatch, make_config: Callable, tiny_data: Any, tmp_path: Path, float32_settings: None
 ) -> None:
-    real_build = pretrain.build_model
+    real_build = pretraining.build_model
 
     def build_here(kind: str, config: Any) -> nn.Module:
         model = real_build(kind, config)
         model.to = lambda *args, **kwargs: model  # no CUDA in this torch: the weights stay where they are
         return model
 
-    monkeypatch.setattr(pretrain, "build_model", build_here)
+    monkeypatch.setattr(pretraining, "build_model", build_here)
     torch.set_float32_matmul_precision("highest")
     on_gpu = Runtime(0, 1, 0, CUDA, False)
     job = pretrain.prepare(make_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, tmp_path / "gpu", on_gpu)

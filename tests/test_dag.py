@@ -2,6 +2,7 @@
 the same stages, each with the same command, inputs and outputs, for every profile."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import pytest
 import yaml
 
 from gpt1 import layout
+from gpt1.plan import ABLATION_VARIANTS, Plan
+from gpt1.rerun import RERUN_SETTINGS, dvc_key, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE_ONLY = {"all", "dvc_commit"}  # the default target and the rule that records outputs in DVC
@@ -29,9 +32,12 @@ def workspace(tmp_path: Path, profile: str) -> Path:
     return tmp_path
 
 
-def snakemake_stages(root: Path, profile: str) -> dict[str, dict]:
+def snakemake_stages(root: Path, profile: str, mirror: str | None = None) -> dict[str, dict]:
+    """The jobs Snakemake plans, by dvc.yaml's stage names; GPT1_DATA_MIRROR set to `mirror` (unset for None)."""
+    env = {k: v for k, v in os.environ.items() if k != "GPT1_DATA_MIRROR"} | ({"GPT1_DATA_MIRROR": mirror} if mirror
+                                                                              else {})
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("snakemake_jobs.py")), str(root), profile],
-                         cwd=root, capture_output=True, text=True, check=True)
+                         cwd=root, capture_output=True, text=True, check=True, env=env)
     jobs = json.loads(out.stdout[out.stdout.index("JOBS ") + 5:])
     stages: dict[str, dict] = {}
     for job in jobs:
@@ -44,7 +50,8 @@ def snakemake_stages(root: Path, profile: str) -> dict[str, dict]:
         cmd = job["shell"].strip()
         for log in job["log"]:
             cmd = cmd.removesuffix(f" 2>&1 | tee {log}")
-        stages[name] = {"cmd": " ".join(cmd.split()), "deps": set(job["input"]), "outs": set(job["output"])}
+        stages[name] = {"cmd": " ".join(cmd.split()), "deps": set(job["input"]), "outs": set(job["output"]),
+                        "settings": job["settings"]}
     return stages
 
 
@@ -59,6 +66,7 @@ def dvc_stages(root: Path) -> dict[str, dict]:
                 "cmd": " ".join(stage.cmd.split()),
                 "deps": {d.def_path for d in stage.deps if not isinstance(d, ParamsDependency)},
                 "outs": {o.def_path for o in stage.outs},
+                "params": {key for d in stage.deps if isinstance(d, ParamsDependency) for key in d.params},
             }
             for stage in repo.index.stages
         }
@@ -77,16 +85,15 @@ def producers(deps: set[str], stages: dict[str, dict]) -> set[str]:
 def layout_outputs(profile: str) -> dict[str, set[str]]:
     """Every stage's outputs as gpt1.layout names them, for params.yaml's fan-out lists, by dvc.yaml's stage names
     (foreach: name@item; matrix: name@value1-value2 in the matrix's key order)."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    plan = Plan.from_params(yaml.safe_load((REPO / "params.yaml").read_text()))
+    runs = plan.finetune_runs()
     fanout = {
-        "pretrain": [(m,) for m in params["pretrain_models"]],
-        "zeroshot": [(m,) for m in params["pretrain_models"]],
-        "encode_task": [(t,) for t in params["finetune_tasks"]],
-        "finetune": [(t, v, s) for t in params["finetune_tasks"] for v in params["finetune_variants"]
-                     for s in params["seeds"]],
-        "ablation_no_aux": [(t, s) for t in params["ablation_tasks"] for s in params["seeds"]],
-        "ablation_lstm": [(t, s) for t in params["ablation_tasks"] for s in params["seeds"]],
-        "layers": [(t, s) for t in params["layer_transfer_tasks"] for s in params["seeds"]],
+        "pretrain": [(m,) for m in plan.pretrain_models],
+        "zeroshot": [(m,) for m in plan.pretrain_models],
+        "encode_task": [(t,) for t in plan.finetune_tasks],
+        "finetune": [(t, v, s) for t, v, s in runs if v not in ABLATION_VARIANTS],
+        **{f"ablation_{a}": [(t, s) for t, v, s in runs if v == a] for a in ABLATION_VARIANTS},
+        "layers": plan.layer_runs(),
     }
     assert set(fanout) <= set(layout.OUTPUTS)
     stages = {}
@@ -107,13 +114,13 @@ def test_layout_names_each_file_once():
 
 
 def test_the_report_writes_what_layout_names(tmp_path):
+    from gpt1 import layout
     from gpt1.report import declared_outputs
-    from gpt1.report.figures import FIGURE_FORMATS, FIGURES
+    from gpt1.report.figures import FIGURES
     from gpt1.report.renderers import TABLE_FORMATS
-    from gpt1.report.tables import TABLES
 
-    assert (TABLES, FIGURES) == (layout.REPORT_TABLES, layout.REPORT_FIGURES)
-    assert (TABLE_FORMATS, FIGURE_FORMATS) == (layout.TABLE_FORMATS, layout.FIGURE_FORMATS)
+    assert (layout.REPORT_TABLES, FIGURES) == (layout.REPORT_TABLES, layout.REPORT_FIGURES)
+    assert (TABLE_FORMATS, layout.FIGURE_FORMATS) == (layout.TABLE_FORMATS, layout.FIGURE_FORMATS)
     assert declared_outputs(tmp_path) == [tmp_path / path for path in layout.report_outputs()]
 
 
@@ -137,6 +144,50 @@ def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
     assert any(f"results/{profile}/" in path for stage in dvc.values() for path in stage["outs"])
     exact = [n for n in dvc if n != "report"]
     assert all(snake[n]["deps"] == dvc[n]["deps"] for n in exact)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default"])
+def test_both_engines_rerun_on_the_settings_gpt1_rerun_declares(tmp_path, profile):
+    """gpt1.rerun's table is the one declaration of which settings rerun which stage: every dvc.yaml stage lists
+    exactly its keys in `params:`, and every Snakemake job carries exactly their values (its `settings` param), the
+    data mirror resolved as the stages resolve it (none for a profile that makes its own data)."""
+    root = workspace(tmp_path, profile)
+    snake, dvc = snakemake_stages(root, profile), dvc_stages(root)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    mirror = None if params["profiles"][profile]["corpus"]["source"] == "synthetic" else params["data_mirror"]
+    assert {name.partition("@")[0] for name in dvc} == set(RERUN_SETTINGS)
+    for name in dvc:
+        stage = name.partition("@")[0]
+        wanted = {dvc_key(key).replace("${profile}", profile) for key in RERUN_SETTINGS[stage]}
+        assert dvc[name]["params"] == wanted, name
+        assert snake[name]["settings"] == json.loads(json.dumps(resolve(stage, params, profile, mirror))), name
+
+
+def test_a_changed_mirror_reruns_zeroshot_in_both_engines(tmp_path, monkeypatch):
+    """The data mirror decides zero-shot's task data: a new mirror changes zeroshot's settings in Snakemake's plan
+    (GPT1_DATA_MIRROR, which Snakemake sees), and `dvc status` names zeroshot's changed param after params.yaml's
+    data_mirror changes (DVC sees params.yaml only)."""
+    from dvc.repo import Repo
+
+    root = workspace(tmp_path, "default")
+    before, after = snakemake_stages(root, "default", "/data/a"), snakemake_stages(root, "default", "/data/b")
+    changed = {name.partition("@")[0] for name in before if before[name]["settings"] != after[name]["settings"]}
+    assert changed == {"fetch", "encode_task", "zeroshot"}
+    dvc_stages(root)  # dvc init
+    monkeypatch.chdir(root)  # DVC resolves a stage's paths from the working directory
+    with Repo(str(root)) as repo:  # record zeroshot@gpt as if it had run with this params.yaml
+        for stage in repo.index.stages:
+            for path in [*(d.def_path for d in stage.deps), *(o.def_path for o in stage.outs)]:
+                if not path.endswith((".yaml", ".py")) and not (root / path).exists():
+                    (root / path).parent.mkdir(parents=True, exist_ok=True)
+                    (root / path).write_text("stand-in\n")
+        repo.commit("zeroshot@gpt", force=True)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["data_mirror"] = "/data/b"
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    with Repo(str(root)) as repo:
+        status = repo.status(targets=["zeroshot@gpt"])
+    assert status == {"zeroshot@gpt": [{"changed deps": {"params.yaml": {"data_mirror": "modified"}}}]}
 
 
 def job_counts(dry_run_output: str) -> dict[str, int]:

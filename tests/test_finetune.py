@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import gpt1.backbones as backbones
 import gpt1.finetuning as finetuning
 from gpt1.checkpoints import save_weights, weights_metadata
 from gpt1.config import finetune_settings, load_config
@@ -362,10 +363,10 @@ def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_
 def test_a_checkpoint_the_specials_cannot_fit_is_refused(tok: GPT1Tokenizer) -> None:
     model = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=3, n_embd=32, n_layer=1, n_head=2))
     with pytest.raises(Gpt1Error, match=r"m\.json: n_ctx=3 leaves no room for text beside the 3 specials"):
-        finetuning.check_pair(model, {}, tok, "m.json", "tok/")
+        backbones.check_pair(model, {}, tok, "m.json", "tok/")
     moved = SimpleNamespace(base_vocab_size=tok.base_vocab_size, specials={n: i for i, n in enumerate(tok.specials)})
     with pytest.raises(Gpt1Error, match=r"tok/: the tokenizer's specials are .* expected .* right after its"):
-        finetuning.check_pair(model, {}, moved, "m.json", "tok/")
+        backbones.check_pair(model, {}, moved, "m.json", "tok/")
 
 
 def test_story_cloze_needs_an_example_beyond_its_selection_slice() -> None:
@@ -408,7 +409,7 @@ def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
 
 
 def test_released_variant_reads_a_hugging_face_folder_and_the_released_bpe(tmp_path: Path) -> None:
-    from gpt1.finetuning import reference_bpe
+    from gpt1.backbones import reference_bpe
     from gpt1.hf import save_hf_dir
 
     reference = reference_bpe()

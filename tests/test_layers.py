@@ -4,12 +4,11 @@ import csv
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import tiny_config
 
-from gpt1.config import load_config
+from gpt1.config import LAYER_TRANSFER_TASKS, load_config
 from gpt1.errors import ConfigError, Gpt1Error
-from gpt1.layers import CAPS, CURVE_REPORT, curve_point, layer_caps, layers_stage
+from gpt1.layers import CAPS, curve_point, layer_caps, layers_stage
 from gpt1.metrics import bootstrap_se
 from gpt1.significance import predictions_by_key
 
@@ -43,9 +42,18 @@ def test_a_cap_above_what_finetune_keeps_is_an_error_naming_the_setting():
 
 
 def test_by_task_names_only_the_tasks_of_the_analysis():
-    schema = yaml.safe_load((REPO / "gpt1" / "params.schema.yaml").read_text())
+    """The schema takes the layer-transfer tasks from gpt1.config.LAYER_TRANSFER_TASKS (their one declaration), for
+    layers.by_task and for layer_transfer_tasks alike."""
+    from gpt1.config import _schema, validate
+
+    schema = _schema()
     layers = schema["$defs"]["profile"]["properties"]["layers"]
-    assert set(layers["properties"]["by_task"]["propertyNames"]["enum"]) == set(CURVE_REPORT)
+    assert layers["properties"]["by_task"]["propertyNames"] == {"$ref": "#/$defs/layer_task"}
+    assert schema["properties"]["layer_transfer_tasks"]["items"] == {"$ref": "#/$defs/layer_task"}
+    assert set(schema["$defs"]["layer_task"]["enum"]) == set(LAYER_TRANSFER_TASKS)
+    root = load_config(REPO / "params.yaml", "default", []).root
+    with pytest.raises(ConfigError, match=r"layer_transfer_tasks\.0: 'sst2' is not one of mnli, race"):
+        validate({**root, "layer_transfer_tasks": ["sst2"]})
     with pytest.raises(ConfigError, match=r"layers\.by_task"):
         load_config(REPO / "params.yaml", "default", ["layers.by_task={sst2: {max_train_examples: 10}}"])
     with pytest.raises(ConfigError, match=r"layers\.by_task"):

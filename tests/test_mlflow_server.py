@@ -15,16 +15,16 @@ import pytest
 import yaml
 from pipeline_repo import mlflow_server_command
 
+from gpt1.plan import Plan
+
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 def expected_run_names(root: Path) -> set[str]:
     params = yaml.safe_load((root / "params.yaml").read_text())
-    seeds = params["seeds"]
     names = {"fetch", "clean", "bpe", "encode", "report"}
     names |= {f"{stage} {model}" for stage in ("pretrain", "zeroshot") for model in params["pretrain_models"]}
-    names |= {f"finetune {t} {v} seed{s}" for t in params["finetune_tasks"] for v in params["finetune_variants"]
-              for s in seeds}
-    names |= {f"finetune {t} {v} seed{s}" for t in params["ablation_tasks"] for v in ("no_aux", "lstm") for s in seeds}
-    names |= {f"layers {t} seed{s}" for t in params["layer_transfer_tasks"] for s in seeds}
+    plan = Plan.from_params(params)
+    names |= {f"finetune {t} {v} seed{s}" for t, v, s in plan.finetune_runs()}
+    names |= {f"layers {t} seed{s}" for t, s in plan.layer_runs()}
     names |= {f"encode_task {t}" for t in params["finetune_tasks"]}
     return names
 

@@ -22,21 +22,15 @@ import torch
 from conftest import REPO, TINY, TinyData, gpt1_command, tiny_config
 from safetensors.torch import load_file
 
+from gpt1 import layout
 from gpt1.checkpoints import load_pretrained
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, sha256_file
 from gpt1.ids import WindowSampler
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
-from gpt1.pretrain import (
-    cosine_lr_factor,
-    declared_outputs,
-    make_optimizer,
-    make_plan,
-    make_scheduler,
-    pretrain_stage,
-    snapshot_steps,
-)
-from gpt1.resume import LATEST, RESUME_DIR
+from gpt1.pretrain import declared_outputs, pretrain_stage
+from gpt1.pretraining import cosine_lr_factor, make_optimizer, make_plan, make_scheduler, snapshot_steps
+from gpt1.resume import LATEST
 
 PRETRAIN = tiny_config().section("pretrain")
 
@@ -180,7 +174,7 @@ def test_sampler_state_round_trips_and_flops_formula() -> None:
 def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> None:
     files = {p for p in trained_gpt.rglob("*") if p.is_file()}
     assert files == set(declared_outputs(trained_gpt, 3))
-    assert not (trained_gpt / RESUME_DIR).exists()
+    assert not (trained_gpt / layout.RESUME).exists()
     meta = json.loads((trained_gpt / "model.json").read_text())
     assert meta["kind"] == "gpt" and meta["step"] == 12 and meta["tokens"] == 12 * 4 * 16
     assert meta["config"]["n_embd"] == 16
@@ -349,7 +343,7 @@ def test_nan_loss_keeps_the_finished_run(
     monkeypatch.setattr(GPT, "forward", poisoned)
     with pytest.raises(Gpt1Error, match=r"step 1: the training loss is nan"):
         pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, finished_copy)
-    assert {k: v for k, v in _digests(finished_copy).items() if not k.startswith(RESUME_DIR)} == before
+    assert {k: v for k, v in _digests(finished_copy).items() if not k.startswith(layout.RESUME)} == before
 
 
 def test_full_disk_while_writing_outputs_keeps_the_finished_run(
@@ -367,11 +361,11 @@ def test_full_disk_while_writing_outputs_keeps_the_finished_run(
     with pytest.raises(OSError, match="No space left"):
         pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, finished_copy)
     after = _digests(finished_copy)
-    assert {k: v for k, v in after.items() if not k.startswith(RESUME_DIR)} == before
+    assert {k: v for k, v in after.items() if not k.startswith(layout.RESUME)} == before
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(nan_stopped_run: Path) -> None:
-    pointer = json.loads((nan_stopped_run / RESUME_DIR / LATEST).read_text())
+    pointer = json.loads((nan_stopped_run / layout.RESUME / LATEST).read_text())
     assert pointer["step"] == 4
     assert not (nan_stopped_run / "model.safetensors").exists() and not (nan_stopped_run / "metrics.json").exists()
 
@@ -385,7 +379,7 @@ def test_resume_in_process_finishes_like_an_uninterrupted_run(
     fresh = tmp_path / "fresh"  # the NaN run was made with the session's threads; redo it single-threaded
     shutil.copytree(nan_stopped_run, fresh)
     metrics = pretrain_stage(tiny_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, fresh)
-    assert metrics["steps"] == 12 and not (fresh / RESUME_DIR).exists()
+    assert metrics["steps"] == 12 and not (fresh / layout.RESUME).exists()
     for resumed, straight in zip(read_curves(fresh), read_curves(reference), strict=True):
         assert resumed == pytest.approx(straight, rel=1e-5)
 
@@ -399,12 +393,12 @@ def test_checkpoint_of_other_settings_is_refused(
 ) -> None:
     with pytest.raises(Gpt1Error, match=rf"made with {key}={old}, this run has {key}={new}"):
         pretrain_stage(tiny_config(override), "gpt", tiny_data.ids, tiny_data.tokenizer, nan_stopped_run)
-    assert (nan_stopped_run / RESUME_DIR / LATEST).is_file()  # refused, not deleted
+    assert (nan_stopped_run / layout.RESUME / LATEST).is_file()  # refused, not deleted
 
 
 @pytest.mark.parametrize("damage", ["truncate-weights", "truncate-state", "flip-state", "garble-pointer"])
 def test_truncated_or_corrupt_checkpoint_is_refused(nan_stopped_run: Path, tiny_data: TinyData, damage: str) -> None:
-    resume = nan_stopped_run / RESUME_DIR
+    resume = nan_stopped_run / layout.RESUME
     pointer = json.loads((resume / LATEST).read_text())
     if damage == "garble-pointer":
         (resume / LATEST).write_text('{"step": 4, "sett')
@@ -438,7 +432,7 @@ def test_resume_after_kill_9_is_bit_identical(
                              stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not (out / RESUME_DIR / LATEST).exists():
+        while not (out / layout.RESUME / LATEST).exists():
             assert child.poll() is None, f"finished before its first checkpoint: {child.stderr.read()[-2000:]}"
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.01)
@@ -469,7 +463,7 @@ def test_two_process_ddp_matches_one_process(
 ) -> None:
     # Global batch 8 = 2 processes x 2 micro-steps x 2 sequences, or 1 process x 4 micro-steps x 2 sequences. With
     # micro_batch_size 8 each process takes its share of 4 in one micro-batch (the setting caps a process's share),
-    # which is one process's run at micro-batches of 4: dropout masks follow the micro-batches (pretrain.micro_seed).
+    # which is one process's run at micro-batches of 4: dropout masks follow the micro-batches (pretraining.micro_seed).
     batch = ["pretrain.batch_size=8", f"pretrain.micro_batch_size={micro}"]
     same_partition = ["pretrain.batch_size=8", f"pretrain.micro_batch_size={min(micro, 4)}"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -486,3 +480,58 @@ def test_two_process_ddp_matches_one_process(
     for key in wa:
         assert torch.allclose(wa[key], wb[key], atol=1e-5), key
     assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["world_size"] == 2
+
+
+def _rank_pid(torchrun: subprocess.Popen, rank: int) -> int | None:
+    """The pid of the worker of `rank` that torchrun started (its environment says RANK=`rank`)."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = int(next(line for line in status.read_text().splitlines() if line.startswith("PPid:")).split()[1])
+            environ = (status.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, StopIteration, ValueError):
+            continue
+        if ppid == torchrun.pid and f"RANK={rank}".encode() in environ:
+            return int(status.parent.name)
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_restarted_by_torchrun_and_ends_like_an_uninterrupted_run(
+    tiny_data: TinyData, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Data-parallel pre-training (gloo, 2 processes) under `torchrun --max-restarts=1`: rank 1 is killed with
+    SIGKILL after the first resumable checkpoint; torchrun restarts the group, both ranks resume from that checkpoint
+    (sampler, RNG, optimizer), and the weights are the same bytes as an uninterrupted 2-process run's."""
+    settings = [*LONG, "pretrain.batch_size=8", "pretrain.micro_batch_size=2"]
+    # The restarted workers must not find the first attempt's addresses in torchrun's rendezvous store, which they
+    # share by default (pytorch/pytorch#135712: gloo then connects to a dead rank's port and the restart fails).
+    env = {**subprocess_env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+    def torchrun(out: Path, restarts: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                f"--max-restarts={restarts}", "-m", "gpt1", *pretrain_args(tiny_data, out, *settings)]
+
+    killed = tmp_path / "killed"
+    group = subprocess.Popen(torchrun(killed, 1), env=env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (killed / layout.RESUME / LATEST).exists():
+            assert group.poll() is None, f"finished before its first checkpoint: {group.stdout.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            time.sleep(0.01)
+        victim = _rank_pid(group, 1)
+        assert victim is not None, "no worker of rank 1 found"
+        os.kill(victim, signal.SIGKILL)
+        output, _ = group.communicate(timeout=600)
+    finally:
+        group.kill()
+    assert group.returncode == 0, output[-3000:]
+    step = int(output.split("resuming from the checkpoint at step ")[1].split()[0])
+    assert 0 < step < 400
+    reference = tmp_path / "uninterrupted"
+    whole = subprocess.run(torchrun(reference, 0), env=env, cwd=REPO, capture_output=True, text=True,
+                           timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert (killed / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
+    assert read_curves(killed) == read_curves(reference)

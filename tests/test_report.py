@@ -16,18 +16,17 @@ import numpy as np
 import pytest
 from conftest import PARAMS
 
+from gpt1 import layout
 from gpt1.config import Config, load_config
 from gpt1.errors import Gpt1Error
 from gpt1.files import file_record, read_sealed_json, write_sealed_json
 from gpt1.layers import FIELDS as LAYER_FIELDS
 from gpt1.metrics import glue_average
+from gpt1.plan import Plan
 from gpt1.report import (
     CURATED_METRICS,
     FIGURES,
-    SUMMARY_FILE,
-    TABLES,
     ReportError,
-    ReportPlan,
     build_report,
     curated_metrics,
     declared_outputs,
@@ -52,6 +51,7 @@ def config(**lists: Any) -> Config:
     return dataclasses.replace(cfg, root={**cfg.root, **lists})
 
 
+FAKE_NUMERICS = {"device": "cpu", "isa": "avx2", "threads": 1, "torch": "2.13.0"}
 FAKE_RECIPE = {"lr": 2e-4, "batch_size": 16, "epochs": 3, "warmup_fraction": 0.02, "lm_weight": 0.5,
                "weight_decay": 0.01}
 FAKE_SHAPES = {"gpt": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab_size": 8197},
@@ -88,12 +88,12 @@ def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str,
         "selection": None, "epochs": 3, "updates": 150, "warmup_updates": 3,
         "lm_weight": 0.0 if variant == "no_aux" else 0.5, "recipe": dict(FAKE_RECIPE), "final_loss": 0.3,
         "tokens": 10_000,
-        "train_seconds": 1.0, "tokens_per_second": 10_000.0, "wall_seconds": 2.0,
         "model": {"kind": "lstm" if variant == "lstm" else "gpt", "init": "checkpoint",
                   "config": dict(FAKE_SHAPES["lstm" if variant == "lstm" else "gpt"]),
                   "source": "fake", "pretrain_step": 1500, "pretrain_tokens": 6_000_000, "parameters": 1000},
         "transfer": None, "tokenizer": {"source": "fake", "sha256": "0" * 64, "n_ctx": 128},
         "data": {"source": "fake", "data_seed": 0},
+        "numerics": FAKE_NUMERICS, "files": {},
     }
 
 
@@ -104,11 +104,25 @@ def write_metrics(results: Path, task: str, variant: str, seed: int, **kwargs: A
     return path
 
 
+def fake_record(sealed: Path) -> dict[str, Any]:
+    """The rest of a record the report only checks (gpt1/records.schema.yaml) and takes `files` from: layers.json,
+    zeroshot.json, or pre-training's metrics.json."""
+    if sealed.name == "layers.json":
+        return {"task": sealed.parent.parent.name, "seed": int(sealed.parent.name), "n_layer": 12, "points": [],
+                "runs": {}, "numerics": FAKE_NUMERICS}
+    if sealed.name == "zeroshot.json":
+        return {"model_kind": sealed.parent.name, "model_dir": "fake", "profile": "smoke", "n_ctx": 128,
+                "tokenizer_sha256": "0" * 64, "zeroshot": {}, "references": {}, "tasks": {}, "snapshots": [],
+                "notes": [], "numerics": FAKE_NUMERICS}
+    return {"val_loss": 4.7, "val_perplexity": 110.0, "train_loss": 4.8, "steps": 1500, "tokens": 6_000_000,
+            "flops": 1e15, "flops_per_token": 3e7, "parameters": 5_000_000, "world_size": 1}
+
+
 def record_beside(path: Path, sealed_name: str) -> None:
-    """Record `path`'s size and sha256 in the sealed JSON beside it, as the stage that writes both does."""
+    """Record `path`'s size and sha256 in the sealed record beside it, as the stage that writes both does."""
     sealed = path.with_name(sealed_name)
-    data = read_sealed_json(sealed, "test") if sealed.is_file() else {}
-    data.setdefault("files", {})[path.name] = file_record(path)
+    data = read_sealed_json(sealed, "test") if sealed.is_file() else {**fake_record(sealed), "files": {}}
+    data["files"][path.name] = file_record(path)
     write_sealed_json(sealed, data)
 
 
@@ -171,12 +185,9 @@ def write_everything(results: Path, cfg: Config) -> None:
     """Every file params asks for, with MNLI trained on a cut as in the default profile."""
     rng = np.random.default_rng(1)
     root = cfg.root
-    runs = [(t, v) for t in root["finetune_tasks"] for v in root["finetune_variants"]]
-    runs += [(t, v) for t in root["ablation_tasks"] for v in ("no_aux", "lstm")]
-    for task, variant in runs:
-        for seed in root["seeds"]:
-            write_metrics(results, task, variant, seed, values=paper_like(task, variant, rng),
-                          cut=MNLI_CUT if task == "mnli" else None)
+    for task, variant, seed in Plan.from_params(root).finetune_runs():
+        write_metrics(results, task, variant, seed, values=paper_like(task, variant, rng),
+                      cut=MNLI_CUT if task == "mnli" else None)
     write_analyses(results, tuple(root["seeds"]))
 
 
@@ -393,7 +404,7 @@ def test_table4_glue_column_is_our_glue_style_average_over_the_tasks_we_have(tmp
     assert cell["paper"] == "72.8" and cell["diff"] == ""  # not the leaderboard score: no difference
     assert "GLUE-style average over the tasks we have (cola, sst2, mrpc; missing: qqp, stsb, mnli, qnli, rte)" \
         in cell["notes"]
-    summary = json.loads((out / "tables" / SUMMARY_FILE).read_text())
+    summary = json.loads((out / "tables" / layout.SUMMARY).read_text())
     assert summary["table4.glue_average.pretrained"] == pytest.approx(expected, abs=1e-4)
 
 
@@ -409,7 +420,7 @@ def test_table5_average_is_the_mean_of_the_eight_columns(tmp_path: Path) -> None
         avg = table[(f"ours: {method}", "avg")]
         assert float(avg["value_exact"]) == pytest.approx(np.mean(columns), abs=1e-3)
         assert avg["seeds"] == "0 1" and avg["sd"] != ""
-        summary = json.loads((out / "tables" / SUMMARY_FILE).read_text())
+        summary = json.loads((out / "tables" / layout.SUMMARY).read_text())
         assert summary[f"table5.{variant}.avg"] == pytest.approx(float(avg["value_exact"]), abs=1e-3)
 
 
@@ -438,7 +449,7 @@ def test_a_missing_file_is_a_gap_with_a_footnote_never_a_crash(tmp_path: Path) -
     markdown = (out / "tables" / "table2.md").read_text()
     number = next(line.split(".")[0] for line in markdown.splitlines() if "rte/scratch/{0,1}/metrics" in line)
     assert f"— [{number}]" in markdown  # the gap points at its footnote
-    figure_gaps = json.loads((out / "tables" / SUMMARY_FILE).read_text())["report.gaps"]
+    figure_gaps = json.loads((out / "tables" / layout.SUMMARY).read_text())["report.gaps"]
     assert figure_gaps > 0
 
 
@@ -519,7 +530,7 @@ def test_every_output_is_written_and_summary_holds_numbers_only(tmp_path: Path) 
     assert report.gaps == []
     written = sorted(p for p in out.rglob("*") if p.is_file())
     assert written == sorted(declared_outputs(out))  # no temporary names left behind
-    for table in TABLES:
+    for table in layout.REPORT_TABLES:
         assert (out / "tables" / f"{table}.md").read_text().startswith("# Table")
         assert r"\toprule" in (out / "tables" / f"{table}.tex").read_text()
         assert "—" not in (out / "tables" / f"{table}.md").read_text().split("Footnotes")[0]
@@ -527,7 +538,7 @@ def test_every_output_is_written_and_summary_holds_numbers_only(tmp_path: Path) 
         assert (out / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (out / "figures" / f"{name}.png").stat().st_size > 10_000
         assert "<svg" in (out / "figures" / f"{name}.svg").read_text()
-    summary = json.loads((out / "tables" / SUMMARY_FILE).read_text())
+    summary = json.loads((out / "tables" / layout.SUMMARY).read_text())
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in summary.values())
     for key in ("table5.pretrained.avg", "table4.glue_average.pretrained", "table2.scratch.mnli_m",
                 "table3.pretrained.race_h", "figure2_left.mnli.dev_accuracy", "figure2_right.lstm.dprd.normalised",
@@ -560,7 +571,7 @@ def test_html_tables_hold_every_cell_of_the_csv_for_the_snakemake_report(tmp_pat
     cfg = config(seeds=[0, 1])
     write_everything(results, cfg)
     render_report(cfg, results, out)
-    for table in TABLES:
+    for table in layout.REPORT_TABLES:
         parser = Cells()
         parser.feed((out / "tables" / f"{table}.html").read_text())
         shown = "\n".join(parser.cells)
@@ -598,7 +609,7 @@ def test_figure2_left_names_what_each_curve_trained_on_and_was_scored_on(tmp_pat
     from gpt1.report.figures import figure2_left
 
     write_analyses(tmp_path, (0,))
-    analyses = build_report(ReportPlan.from_config(config(seeds=[0])), tmp_path).analyses
+    analyses = build_report(Plan.from_params(config(seeds=[0]).root), tmp_path).analyses
     title = figure2_left(analyses).axes[0].get_title()
     assert title.splitlines() == ["MultiNLI: train 1600, dev 1500 of validation_matched; "
                                   "RACE: train 1600, dev 1500 of validation", "mean of 1 seed(s); bars: dev ± 1 SE"]
@@ -606,7 +617,7 @@ def test_figure2_left_names_what_each_curve_trained_on_and_was_scored_on(tmp_pat
 
 def _summary_of(cfg: Config, results: Path, out: Path) -> str:
     render_report(cfg, results, out)
-    return (out / "tables" / SUMMARY_FILE).read_text()
+    return (out / "tables" / layout.SUMMARY).read_text()
 
 
 def read_rows(results: Path, seed: int) -> list[dict[str, Any]]:
@@ -633,26 +644,31 @@ def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, m
 
 
 def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
-    """The fake metrics.json of these tests has the keys gpt1.finetune writes, and the reader accepts the real one."""
+    """The fake metrics.json of these tests has the keys gpt1.finetune writes, both are what gpt1/records.schema.yaml
+    declares, and the reader accepts the real one."""
     from conftest import tiny_config
 
+    from gpt1 import records
     from gpt1.config import finetune_settings
+    from gpt1.files import without_timings
     from gpt1.finetuning import finetune_run
 
     settings = finetune_settings(tiny_config())
     real = finetune_run(settings, "mrpc", "pretrained", 0, trained_gpt, tiny_data.tokenizer).metrics
+    written = {**without_timings(real), "numerics": FAKE_NUMERICS, "files": {}}  # as gpt1.finetune writes it
     fake = metrics_json("mrpc", "pretrained", 0)
-    assert set(fake) == set(real)
-    assert set(fake["reports"]["mrpc"]) == set(real["reports"]["mrpc"])
-    assert set(fake["train"]) == set(real["train"])
+    assert records.problem("finetune_metrics", written) is None and records.problem("finetune_metrics", fake) is None
+    assert set(fake) == set(written)
+    assert set(fake["reports"]["mrpc"]) == set(written["reports"]["mrpc"])
+    assert set(fake["train"]) == set(written["train"])
     path = tmp_path / "metrics.json"
-    write_sealed_json(path, real)
+    records.write("finetune_metrics", path, written)
     run = read_finetune_metrics(path, "mrpc", "pretrained", 0)
     assert set(run.scores["mrpc"].metrics) == {"f1", "accuracy"}
 
 
 def test_plan_reads_the_lists_of_params() -> None:
-    plan = ReportPlan.from_config(config(seeds=[3]))
+    plan = Plan.from_params(config(seeds=[3]).root)
     assert plan.seeds == (3,) and "lstm" in plan.pretrain_models and plan.layer_transfer_tasks == ("mnli", "race")
     assert plan.why_not_planned("qnli", "lstm") is None
     assert build_report(plan, Path("/nonexistent")).summary["report.gaps"] > 0
@@ -786,3 +802,27 @@ def test_a_paper_yaml_without_the_papers_recipe_is_refused_naming_the_key(tmp_pa
     path.write_text(yaml.safe_dump(broken, allow_unicode=True))
     with pytest.raises(ReportError, match=r"paper\.yaml: key 'setup\.recipe\.lr' is missing"):
         load_paper(path)
+
+
+@pytest.mark.parametrize(("record", "change", "message"), [
+    ("finetune_metrics", lambda d: d.pop("updates"), "key 'updates' is missing"),
+    ("finetune_metrics", lambda d: d.update(update_count=d.pop("updates")), "key 'updates' is missing"),
+    ("finetune_metrics", lambda d: d.update(wall_seconds=1.0), "key 'wall_seconds' is not declared"),
+    ("finetune_metrics", lambda d: d["reports"]["rte"]["counts"].update(eval="200"),
+     "key 'reports.rte.counts.eval' is '200', expected integer"),
+])  # fmt: skip
+def test_a_renamed_or_undeclared_key_fails_where_the_record_is_written(tmp_path: Path, record: str, change: Any,
+                                                                       message: str) -> None:
+    """gpt1/records.py: a writer that renames, drops or adds a key, or changes its type, fails in one place, before
+    the file exists, naming the key; the same file written by hand fails the reader the same way."""
+    from gpt1 import records
+
+    data = metrics_json("rte", "pretrained", 0)
+    change(data)
+    path = tmp_path / "metrics.json"
+    with pytest.raises(ValueError, match=f"{path}: the finetune_metrics record .*: {message}"):
+        records.write(record, path, data)
+    assert not path.exists()
+    write_sealed_json(path, data)
+    with pytest.raises(records.RecordError, match=f"{path}: {message}.*re-run the finetune stage"):
+        records.read(record, path)

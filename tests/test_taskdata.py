@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpt1 import layout
 from gpt1.config import load_config
 from gpt1.encode_task import encode_task_stage
 from gpt1.errors import Gpt1Error, TaskDataError
 from gpt1.taskdata import (
-    ENCODED_JSON,
-    EXAMPLES_FILE,
     TaskData,
     data_settings,
     data_source,
@@ -65,7 +64,7 @@ def test_encoded_examples_read_back_exactly_as_planned(task: str, tok: GPT1Token
     settings = smoke_settings()
     data, recorded = planned(task, tok, settings)
     write_encoded(tmp_path, get_task(task), data, tok.fingerprint(), N_CTX, recorded)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [ENCODED_JSON, EXAMPLES_FILE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [layout.ENCODED_JSON, layout.EXAMPLES_FILE]
     again = read_encoded(tmp_path, get_task(task), tok.fingerprint(), N_CTX, recorded)
     assert_same(again, data)
     assert isinstance(again.train.examples[0].texts, tuple)  # JSON lists come back as the tuples loading makes
@@ -100,16 +99,16 @@ def test_a_task_of_train_examples_by_task_keeps_its_own_cap(tok: GPT1Tokenizer) 
 def test_an_edited_or_missing_examples_file_is_refused(tok: GPT1Tokenizer, tmp_path: Path) -> None:
     data, recorded = planned("sst2", tok, smoke_settings())
     write_encoded(tmp_path, get_task("sst2"), data, tok.fingerprint(), N_CTX, recorded)
-    lines = (tmp_path / EXAMPLES_FILE).read_text().splitlines()
-    (tmp_path / EXAMPLES_FILE).write_text("\n".join(lines[:-1]) + "\n")
+    lines = (tmp_path / layout.EXAMPLES_FILE).read_text().splitlines()
+    (tmp_path / layout.EXAMPLES_FILE).write_text("\n".join(lines[:-1]) + "\n")
     with pytest.raises(TaskDataError, match=r"examples.jsonl: .* bytes, but .*encoded.json records"):
         read_encoded(tmp_path, get_task("sst2"), tok.fingerprint(), N_CTX, recorded)
-    header = json.loads((tmp_path / ENCODED_JSON).read_text())
+    header = json.loads((tmp_path / layout.ENCODED_JSON).read_text())
     header["n_ctx"] = 64
-    (tmp_path / ENCODED_JSON).write_text(json.dumps(header))
+    (tmp_path / layout.ENCODED_JSON).write_text(json.dumps(header))
     with pytest.raises(TaskDataError, match=r"content differs from its recorded content_sha256"):
         read_encoded(tmp_path, get_task("sst2"), tok.fingerprint(), 64, recorded)
-    (tmp_path / ENCODED_JSON).unlink()
+    (tmp_path / layout.ENCODED_JSON).unlink()
     with pytest.raises(TaskDataError, match=r"encoded.json: missing; re-run the encode_task stage"):
         read_encoded(tmp_path, get_task("sst2"), tok.fingerprint(), N_CTX, recorded)
 
@@ -133,7 +132,7 @@ def test_the_stage_writes_both_files_and_logs_a_run(tok: GPT1Tokenizer, tmp_path
     header = encode_task_stage(cfg, "qnli", folder, tmp_path / "out")
     assert header["task"] == "qnli" and header["n_ctx"] == N_CTX
     assert [p["role"] for p in header["parts"]] == ["train", "eval"]
-    lines = (tmp_path / "out" / EXAMPLES_FILE).read_text().splitlines()
+    lines = (tmp_path / "out" / layout.EXAMPLES_FILE).read_text().splitlines()
     assert len(lines) == sum(p["examples"] for p in header["parts"])
     from mlflow.tracking import MlflowClient
 
@@ -141,7 +140,7 @@ def test_the_stage_writes_both_files_and_logs_a_run(tok: GPT1Tokenizer, tmp_path
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     run = next(r for r in runs if r.data.tags.get("gpt1.stage") == "encode_task")
     assert run.info.run_name == "encode_task qnli" and run.data.metrics["train.train.examples"] == 20
-    assert [a.path for a in client.list_artifacts(run.info.run_id)] == [ENCODED_JSON]
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == [layout.ENCODED_JSON]
 
 
 def test_the_stage_refuses_an_analysis_dataset(tok: GPT1Tokenizer, tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ import pytest
 
 from gpt1.errors import TokenizerError
 from gpt1.synthetic.corpus import synthetic_corpus
+from gpt1.textnorm import standardize
 from gpt1.tokenizer import (
     FINETUNE_SPECIALS,
     GPT1Tokenizer,
     load_released,
     paragraph_chunks,
     read_merges,
-    standardize,
     train,
 )
 

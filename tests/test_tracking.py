@@ -6,8 +6,10 @@ import sys
 import threading
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
+from gpt1 import tracking
 from gpt1.tracking import check_store, flatten, shown
 
 WRITER = """
@@ -131,3 +133,17 @@ def test_a_dataset_another_run_inserted_at_the_same_moment_is_logged_on_the_retr
         run_id = run.run_id
     (given,) = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(run_id).inputs.dataset_inputs
     assert len(calls) == 2 and (given.dataset.name, given.dataset.digest) == ("sst2/train", "f" * 32)
+
+
+@pytest.mark.parametrize(("said", "fix"), [
+    ("API request to endpoint /api/2.0/mlflow/experiments/get-by-name failed with error code 401 != 200. Response "
+     "body: 'You are not authenticated.'", "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"),
+    ("API request to endpoint /api/2.0/mlflow/runs/create failed with error code 403 != 200. Response body: "
+     "'Permission denied'", "ask the server's admin for EDIT on the experiment"),
+])  # fmt: skip
+def test_a_server_that_wants_credentials_is_named_with_the_fix(monkeypatch, said, fix):
+    from mlflow.exceptions import MlflowException
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    error = tracking.store_error(MlflowException(said))
+    assert str(error).startswith("MLflow store http://127.0.0.1:5000: API request") and fix in str(error)

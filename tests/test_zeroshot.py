@@ -19,14 +19,10 @@ from torch import nn
 from gpt1.errors import Gpt1Error
 from gpt1.files import read_sealed_json, verify_file
 from gpt1.metrics import bootstrap_se, matthews
-from gpt1.scoring import score_continuations
-from gpt1.tasks import Example
-from gpt1.tokenizer import train
-from gpt1.zeroshot import (
+from gpt1.probes import (
     ChoiceProbe,
     Scored,
     TaskData,
-    check_references,
     choose_threshold,
     cola_probe,
     dprd_probe,
@@ -40,8 +36,11 @@ from gpt1.zeroshot import (
     sst2_calibrated_probe,
     sst2_probe,
     task_result,
-    zeroshot_stage,
 )
+from gpt1.scoring import score_continuations
+from gpt1.tasks import Example
+from gpt1.tokenizer import train
+from gpt1.zeroshot import check_references, zeroshot_stage
 
 WORDS = ["the", "dog", "cat", "chased", "barked", "meowed", "because", "it", "ran", "sat", "park", "went", "to", "what",
          "did", "do", "film", "was", "good", "bad", "very", "positive", "negative", "alpha", "bravo", "charlie",

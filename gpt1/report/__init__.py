@@ -22,11 +22,10 @@ Modules, each importing only those above it:
 
 from gpt1.errors import ReportError
 from gpt1.report.figures import FIGURE_BUILDERS, FIGURES
-from gpt1.report.inputs import ReportPlan, read_finetune_metrics
+from gpt1.report.inputs import read_finetune_metrics
 from gpt1.report.numbers import paper_average, round_half_up
 from gpt1.report.stage import (
     CURATED_METRICS,
-    SUMMARY_FILE,
     adopt_pipeline_runs,
     build_report,
     curated_metrics,
@@ -34,16 +33,13 @@ from gpt1.report.stage import (
     render_report,
     report_stage,
 )
-from gpt1.report.tables import TABLES, load_paper
+from gpt1.report.tables import load_paper
 
 __all__ = [
     "CURATED_METRICS",
     "FIGURES",
     "FIGURE_BUILDERS",
-    "SUMMARY_FILE",
-    "TABLES",
     "ReportError",
-    "ReportPlan",
     "adopt_pipeline_runs",
     "build_report",
     "curated_metrics",

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from gpt1 import layout
 from gpt1.report.inputs import LAYER_TASKS, MODELS, Analyses, Gap, gap_notes
 from gpt1.report.numbers import mean_sd
 
@@ -25,7 +24,6 @@ ZEROSHOT_TASKS = {
 }
 COLOURS = {"mnli": "tab:blue", "race": "tab:orange", "gpt": "tab:blue", "lstm": "tab:red"}  # left, pre-training
 ZEROSHOT_COLOURS = {"sst2": "tab:blue", "dprd": "tab:orange", "cola": "tab:green", "race": "tab:red"}
-FIGURE_FORMATS = layout.FIGURE_FORMATS
 
 
 def layer_means(analyses: Analyses) -> dict[str, dict[str, list[float]]]:

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpt1 import layout
+from gpt1 import layout, records
 from gpt1.errors import ReportError
-from gpt1.files import read_sealed_json, verify_file
+from gpt1.files import verify_file
 from gpt1.numerics import Numerics
+from gpt1.plan import Plan
 from gpt1.significance import read_predictions
 from gpt1.tasks import get_task
-
-ABLATION_VARIANTS = ("no_aux", "lstm")  # run on params' ablation_tasks only (see workflow/rules/common.smk)
 
 # Figure 2's lines as the paper draws them (labels; line styles per model): looked for even when params drops them.
 LAYER_TASKS = {"mnli": "MultiNLI", "race": "RACE"}
@@ -56,46 +55,6 @@ CURVE_FIELDS = {
     "val_loss": "number|empty",
     "val_perplexity": "number|empty",
 }
-
-
-# ---------------------------------------------------------------------------------------------------- plan
-
-
-@dataclass(frozen=True)
-class ReportPlan:
-    """What params.yaml asks for: the report reads exactly these runs, no more."""
-
-    finetune_tasks: tuple[str, ...]
-    finetune_variants: tuple[str, ...]
-    seeds: tuple[int, ...]
-    ablation_tasks: tuple[str, ...]
-    layer_transfer_tasks: tuple[str, ...]
-    pretrain_models: tuple[str, ...]
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> ReportPlan:
-        root = cfg.root
-        keys = (
-            "finetune_tasks",
-            "finetune_variants",
-            "seeds",
-            "ablation_tasks",
-            "layer_transfer_tasks",
-            "pretrain_models",
-        )
-        return cls(*(tuple(root[key]) for key in keys))
-
-    def why_not_planned(self, task: str, variant: str) -> str | None:
-        """None when params.yaml asks for (task, variant); else the reason it does not."""
-        if variant in ABLATION_VARIANTS:
-            if task not in self.ablation_tasks:
-                return f"the {variant} ablation runs on params.yaml ablation_tasks only, and {task} is not one"
-            return None
-        if variant not in self.finetune_variants:
-            return f"variant {variant} is not in params.yaml finetune_variants"
-        if task not in self.finetune_tasks:
-            return f"task {task} is not in params.yaml finetune_tasks"
-        return None
 
 
 @dataclass(frozen=True)
@@ -153,9 +112,9 @@ def checked_field(obj: Mapping[str, Any], key: str, kind: str, path: Path, where
 
 
 def _verified_inputs(sealed: Path, producer: str) -> dict[str, Any]:
-    """The size and sha256 records of the files a stage wrote beside `sealed` (its sealed JSON), checked first."""
-    data = read_sealed_json(sealed, producer, ReportError)
-    return checked_field(data, "files", "object", sealed)
+    """The size and sha256 records of the files a stage wrote beside `sealed` (its sealed record), checked first."""
+    record = next(name for name, stage in records.WRITERS.items() if stage == producer)
+    return records.read(record, sealed, ReportError)["files"]
 
 
 def _verify_beside(path: Path, sealed: Path, producer: str) -> None:
@@ -256,7 +215,7 @@ def _setup(data: dict[str, Any], path: Path) -> Setup:
 
 def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run:
     """Validate one finetune metrics.json (gpt1.finetuning.build_metrics) and keep what the tables need."""
-    data = read_sealed_json(path, "finetune", ReportError)
+    data = records.read("finetune_metrics", path, ReportError)
     for key, kind, expected in (("task", "str", task), ("variant", "str", variant), ("seed", "int", seed)):
         found = checked_field(data, key, kind, path)
         if found != expected:  # a file copied into the wrong folder would put one run's numbers in another's cell
@@ -304,7 +263,7 @@ def mixed_numerics(finetuned: Finetuned) -> str | None:
     return "note: the tables mix runs computed with " + "; ".join(f"{what} ({n} runs)" for what, n in counts.items())
 
 
-def collect_finetune(results_dir: Path, plan: ReportPlan, pairs: Iterable[tuple[str, str]]) -> Finetuned:
+def collect_finetune(results_dir: Path, plan: Plan, pairs: Iterable[tuple[str, str]]) -> Finetuned:
     """Read (task, variant) for every seed of the plan; a missing file is a gap, a malformed one an error."""
     found = Finetuned()
     for task, variant in dict.fromkeys(pairs):
@@ -389,7 +348,7 @@ def _wanted(paper: Iterable[str], planned: Sequence[str]) -> list[str]:
     return list(dict.fromkeys([*paper, *planned]))
 
 
-def collect_analyses(results_dir: Path, plan: ReportPlan) -> Analyses:
+def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
     """Read what the figures draw; the paper's tasks and models are looked for even when params drops them,
     so that the figure says why a line is absent."""
     found = Analyses()

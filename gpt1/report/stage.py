@@ -12,9 +12,9 @@ from typing import Any
 from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.files import staged_outputs, write_json
+from gpt1.plan import Plan
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
-    FIGURE_FORMATS,
     ZEROSHOT_TASKS,
     layer_means,
     save_figure,
@@ -23,7 +23,6 @@ from gpt1.report.inputs import (
     Analyses,
     Finetuned,
     Gap,
-    ReportPlan,
     collect_analyses,
     collect_finetune,
     gap_notes,
@@ -32,8 +31,6 @@ from gpt1.report.inputs import (
 from gpt1.report.renderers import RENDERERS
 from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
 
-SUMMARY_FILE = layout.SUMMARY
-METRICS_FILE = layout.METRICS  # in OUT itself: the DVC metrics file
 PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
 PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.tracking.stage_run from GPT1_PIPELINE_RUN
 
@@ -138,7 +135,7 @@ class ReportContents:
         ]
 
 
-def build_report(plan: ReportPlan, results_dir: Path, paper: Mapping[str, Any] | None = None) -> ReportContents:
+def build_report(plan: Plan, results_dir: Path, paper: Mapping[str, Any] | None = None) -> ReportContents:
     """Read and validate every input, build every table; nothing is written (a malformed input fails here)."""
     paper = paper or load_paper()
     finetuned = collect_finetune(results_dir, plan, finetune_pairs(paper))
@@ -162,18 +159,18 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
         for table in report.tables:
             for fmt, render in RENDERERS.items():
                 temp_of[out_dir / layout.table(table.name, fmt)].write_text(render(table), encoding="utf-8")
-        write_json(temp_of[out_dir / layout.TABLES / SUMMARY_FILE], report.summary)
-        write_json(temp_of[out_dir / METRICS_FILE], curated_metrics(report.summary), sort_keys=False)
+        write_json(temp_of[out_dir / layout.TABLES / layout.SUMMARY], report.summary)
+        write_json(temp_of[out_dir / layout.METRICS], curated_metrics(report.summary), sort_keys=False)
         for name, build in FIGURE_BUILDERS.items():
             figure = build(report.analyses)
-            for fmt in FIGURE_FORMATS:
+            for fmt in layout.FIGURE_FORMATS:
                 save_figure(figure, temp_of[out_dir / layout.figure(name, fmt)], fmt)
     return finals
 
 
 def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> ReportContents:
     """The stage without MLflow: read RESULTS for cfg's lists, write OUT/tables and OUT/figures."""
-    report = build_report(ReportPlan.from_config(cfg), Path(results_dir))
+    report = build_report(Plan.from_params(cfg.root), Path(results_dir))
     write_report(report, Path(out_dir))
     return report
 
@@ -211,7 +208,7 @@ def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> 
     return children
 
 
-def _stage_params(results_dir: Path, out_dir: Path, plan: ReportPlan) -> dict[str, Any]:
+def _stage_params(results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
     return {
         "results_dir": str(results_dir),
         "out_dir": str(out_dir),
@@ -230,7 +227,7 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     from gpt1.tracking import stage_run
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    plan = ReportPlan.from_config(cfg)
+    plan = Plan.from_params(cfg.root)
     report = build_report(plan, results_dir)  # malformed inputs fail before a run is opened or a file written
     for note in gap_notes(report.gaps):
         print(f"report: gap: {note}")

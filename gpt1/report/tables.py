@@ -26,11 +26,11 @@ import yaml
 from gpt1 import layout
 from gpt1.errors import ReportError
 from gpt1.metrics import GLUE_COMPONENTS, glue_average
+from gpt1.plan import Plan
 from gpt1.report.inputs import (
     RECIPE_KEYS,
     SHAPE_KEYS,
     Finetuned,
-    ReportPlan,
     Run,
     Setup,
     checked_field,
@@ -43,7 +43,6 @@ from gpt1.significance import RESAMPLES, PairedTest, column_test, report_se
 from gpt1.tasks import PAPER_NUMBERS
 
 PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
-TABLES = layout.REPORT_TABLES
 GAP = "—"  # our cell when its input is missing; the paper's own blanks stay empty
 
 # Our rows of Tables 2-4, and the Table 5 variant of each paper row (paper.yaml names the variant per row).
@@ -59,7 +58,7 @@ def load_paper(path: Path = PAPER_FILE) -> dict[str, Any]:
     """paper.yaml: the paper's tables (rows of printed numbers) and the split notes for the footnotes."""
     data = yaml.safe_load(path.read_text())
     tables = checked_field(data, "tables", "object", path)
-    for name in TABLES:
+    for name in layout.REPORT_TABLES:
         table = checked_field(tables, name, "object", path, "tables")
         for i, row in enumerate(checked_field(table, "rows", "list", path, f"tables.{name}")):
             checked_field(row, "method", "str", path, f"tables.{name}.rows[{i}]")
@@ -387,7 +386,7 @@ def table_notes(name: str, paper: Mapping[str, Any], seeds: Sequence[int]) -> li
     return [" ".join(n.split()) for n in notes]
 
 
-def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportPlan) -> Table:
+def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan) -> Table:
     """Tables 2-4: the paper's rows, then ours (pretrained) and ours (no pre-training)."""
     spec = paper["tables"][name]
     columns = make_columns(name, spec)
@@ -425,7 +424,7 @@ def ablation_tests(
     return tests, untested
 
 
-def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportPlan, results_dir: Path) -> Table:
+def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> Table:
     """Table 5: each paper row, our row of the same variant right under it; then the paired tests."""
     spec = paper["tables"]["table5"]
     columns = make_columns("table5", spec)
@@ -451,7 +450,7 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportP
 def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every (task, variant) a table cell reads."""
     pairs = []
-    for name in TABLES:
+    for name in layout.REPORT_TABLES:
         spec = paper["tables"][name]
         variants = [r["variant"] for r in spec["rows"]] if name == "table5" else list(MAIN_VARIANTS)
         tasks = [c.task for c in make_columns(name, spec) if c.task]
@@ -461,8 +460,8 @@ def finetune_pairs(paper: Mapping[str, Any]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(pairs))
 
 
-def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: ReportPlan, results_dir: Path) -> list[Table]:
+def build_tables(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, results_dir: Path) -> list[Table]:
     return [
-        *(main_table(n, paper, finetuned, plan) for n in TABLES[:3]),
+        *(main_table(n, paper, finetuned, plan) for n in layout.REPORT_TABLES[:3]),
         ablation_table(paper, finetuned, plan, results_dir),
     ]

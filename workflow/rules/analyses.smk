@@ -24,12 +24,10 @@ rule zeroshot:
     threads: FANOUT_THREADS
     params:
         profile=PROFILE,
+        settings=settings("zeroshot"),
         model_dir=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("json"),
-        zeroshot=SETTINGS["zeroshot"],
-        cpu=SETTINGS["cpu"],
-        reference=config["zeroshot_reference"],
     shell:
         "sh workflow/scripts/gpt1.sh zeroshot --profile {params.profile} --model-dir {params.model_dir}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
@@ -50,7 +48,7 @@ rule layers:
     log:
         log_file("layers-{task}-{seed}"),
     wildcard_constraints:
-        task="mnli|race",
+        task="|".join(LAYER_TRANSFER_TASKS),
         seed=r"\d+",
     # the longest single job (n_layer + 1 fine-tunings): started first, it does not hold up the end of the run
     priority: 10
@@ -61,13 +59,11 @@ rule layers:
         mem_mb=4000,
     params:
         profile=PROFILE,
+        settings=settings("layers"),
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
         examples=folder_of_input("encoded"),
         out=folder_of_output("json"),
-        finetune=SETTINGS["finetune"],
-        layers=SETTINGS["layers"],
-        cpu=SETTINGS["cpu"],
     shell:
         "sh workflow/scripts/gpt1.sh layers --profile {params.profile} --task {wildcards.task} --seed {wildcards.seed}"
         " --pretrained {params.pretrained} --tokenizer {params.tokenizer} --examples {params.examples}"

@@ -9,7 +9,14 @@ from snakemake.settings.types import DeploymentMethod
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
 from gpt1 import layout  # noqa: E402
 from gpt1.codedeps import stage_code  # noqa: E402
-from gpt1.config import validate as validate_params, yaml12_floats  # noqa: E402
+from gpt1.plan import Plan  # noqa: E402
+from gpt1.rerun import resolve as resolve_settings  # noqa: E402
+from gpt1.config import (
+    LAYER_TRANSFER_TASKS,
+    makes_its_own_data,
+    validate as validate_params,
+    yaml12_floats,
+)  # noqa: E402
 from gpt1.errors import ConfigError  # noqa: E402
 
 # `configfile:` reads YAML 1.1, where `lr: 1e-3` is the string '1e-3'; params.yaml means YAML 1.2 (as DVC and the
@@ -60,9 +67,15 @@ ENV = "../envs/gpt1.yaml"
 def data_mirror():
     """The data mirror the profile reads (GPT1_DATA_MIRROR wins over params.yaml): a params value, so changing it
     reruns the data. None where the project makes the corpus and the task data itself (smoke): nothing to rerun."""
-    if SETTINGS["corpus"]["source"] == "synthetic":
+    if makes_its_own_data(SETTINGS):
         return None
     return os.environ.get("GPT1_DATA_MIRROR") or config["data_mirror"]
+
+
+def settings(stage):
+    """The values of the settings whose change must rerun `stage` (gpt1.rerun, the table dvc.yaml's `params:` follow
+    too): one param of its rule, so that Snakemake replans the job when one changes."""
+    return resolve_settings(stage, config, PROFILE, data_mirror())
 
 
 def out(*parts):
@@ -98,10 +111,6 @@ def data_outputs():
     return rules.encode.output
 
 
-# The fine-tuning settings that decide which examples the encode_task stage writes (params of that rule alone).
-TASK_DATA_KEYS = ["train_cuts", "max_train_examples", "train_examples_by_task", "max_eval_examples"]
-
-
 def task_data_outputs():
     return [path for task in config["finetune_tasks"] for path in outs(layout.encode_task_outputs(task))]
 
@@ -113,30 +122,17 @@ def pretrain_outputs():
     return [path for model in PRETRAINED for path in outs(layout.pretrain_outputs(model))]
 
 
+# The fan-out: gpt1.plan builds it once for the rules, the report and the tests.
+PLAN = Plan.from_params(config)
+
+
 def finetune_outputs():
-    runs = [
-        (task, variant, seed)
-        for task in config["finetune_tasks"]
-        for variant in config["finetune_variants"]
-        for seed in config["seeds"]
-    ]
-    runs += [
-        (task, variant, seed)
-        for task in config["ablation_tasks"]
-        for variant in ["no_aux", "lstm"]
-        for seed in config["seeds"]
-    ]
-    return [path for run in runs for path in outs(layout.finetune_outputs(*run))]
+    return [path for run in PLAN.finetune_runs() for path in outs(layout.finetune_outputs(*run))]
 
 
 def analysis_outputs():
     zeroshot = [path for model in PRETRAINED for path in outs(layout.zeroshot_outputs(model))]
-    layers = [
-        path
-        for task in config["layer_transfer_tasks"]
-        for seed in config["seeds"]
-        for path in outs(layout.layers_outputs(task, seed))
-    ]
+    layers = [path for run in PLAN.layer_runs() for path in outs(layout.layers_outputs(*run))]
     return zeroshot + layers
 
 

@@ -13,9 +13,8 @@ rule fetch:
         ENV
     params:
         profile=PROFILE,
+        settings=settings("fetch"),
         out=folder_of_output("raw"),
-        corpus=SETTINGS["corpus"],
-        mirror=data_mirror(),
     shell:
         "sh workflow/scripts/gpt1.sh fetch --profile {params.profile} --out {params.out} 2>&1 | tee {log}"
 
@@ -36,9 +35,9 @@ rule clean:
     threads: workflow.cores
     params:
         profile=PROFILE,
+        settings=settings("clean"),
         raw=folder_of_input("raw"),
         out=folder_of_output("train"),
-        corpus=SETTINGS["corpus"],
     shell:
         "sh workflow/scripts/gpt1.sh clean --profile {params.profile} --raw {params.raw} --out {params.out} 2>&1 | tee {log}"
 
@@ -58,10 +57,9 @@ rule bpe:
     threads: workflow.cores
     params:
         profile=PROFILE,
+        settings=settings("bpe"),
         corpus=folder_of_input("train"),
         out=folder_of_output("tokenizer"),
-        bpe=SETTINGS["bpe"],
-        chunk_chars=SETTINGS["encode"]["chunk_chars"],
     shell:
         "sh workflow/scripts/gpt1.sh bpe --profile {params.profile} --corpus {params.corpus} --out {params.out} 2>&1 | tee {log}"
 
@@ -85,10 +83,10 @@ rule encode:
     threads: workflow.cores
     params:
         profile=PROFILE,
+        settings=settings("encode"),
         tokenizer=folder_of_input("tokenizer"),
         corpus=folder_of_input("train"),
         out=folder_of_output("train"),
-        encode=SETTINGS["encode"],
     shell:
         "sh workflow/scripts/gpt1.sh encode --profile {params.profile} --tokenizer {params.tokenizer} --corpus {params.corpus}"
         " --out {params.out} 2>&1 | tee {log}"

@@ -19,11 +19,9 @@ rule encode_task:
     threads: FANOUT_THREADS
     params:
         profile=PROFILE,
+        settings=settings("encode_task"),
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("encoded"),
-        data={key: SETTINGS["finetune"].get(key) for key in TASK_DATA_KEYS},
-        n_ctx=SETTINGS["model"]["n_ctx"],
-        mirror=data_mirror(),
     shell:
         "sh workflow/scripts/gpt1.sh encode-task --profile {params.profile} --task {wildcards.task}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"
@@ -55,13 +53,12 @@ rule finetune:
         mem_mb=4000,
     params:
         profile=PROFILE,
+        settings=settings("finetune"),
         variant=lambda wildcards: wildcards.variant,
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
         examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
-        finetune=SETTINGS["finetune"],
-        cpu=SETTINGS["cpu"],
     shell:
         "sh workflow/scripts/gpt1.sh finetune --profile {params.profile} --task {wildcards.task} --variant {params.variant}"
         " --seed {wildcards.seed} --pretrained {params.pretrained} --tokenizer {params.tokenizer}"
@@ -82,13 +79,12 @@ use rule finetune as ablation_no_aux with:
         seed=r"\d+",
     params:
         profile=PROFILE,
+        settings=settings("ablation_no_aux"),
         variant="no_aux",
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
         examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
-        finetune=SETTINGS["finetune"],
-        cpu=SETTINGS["cpu"],
 
 
 # ... and the LSTM language model with the auxiliary LM, fine-tuned through the same task code.
@@ -109,10 +105,9 @@ use rule ablation_no_aux as ablation_lstm with:
         log_file("finetune-{task}-lstm-{seed}"),
     params:
         profile=PROFILE,
+        settings=settings("ablation_lstm"),
         variant="lstm",
         pretrained=folder_of_input("weights"),
         tokenizer=folder_of_input("tokenizer"),
         examples=folder_of_input("encoded"),
         out=folder_of_output("metrics"),
-        finetune=SETTINGS["finetune"],
-        cpu=SETTINGS["cpu"],

@@ -28,12 +28,10 @@ rule pretrain:
         mem_mb=8000,
     params:
         profile=PROFILE,
+        settings=settings("pretrain"),
         ids=folder_of_input("train"),
         tokenizer=folder_of_input("tokenizer"),
         out=folder_of_output("weights"),
-        model=SETTINGS["model"],
-        pretrain=SETTINGS["pretrain"],
-        cpu=SETTINGS["cpu"],
     shell:
         "sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile {params.profile} --model {wildcards.model} --ids {params.ids}"
         " --tokenizer {params.tokenizer} --out {params.out} 2>&1 | tee {log}"

@@ -38,20 +38,10 @@ rule report:
         ENV
     params:
         profile=PROFILE,
+        settings=settings("report"),
         # results/<profile>: the folder holding tables/ (the report writes there and reads what is beside it)
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.summary)),
         out=lambda wildcards, output: os.path.dirname(os.path.dirname(output.summary)),
-        lists={
-            k: config[k]
-            for k in (
-                "finetune_tasks",
-                "finetune_variants",
-                "seeds",
-                "pretrain_models",
-                "ablation_tasks",
-                "layer_transfer_tasks",
-            )
-        },
     shell:
         "sh workflow/scripts/gpt1.sh report --profile {params.profile} --results {params.results} --out {params.out}"
         " 2>&1 | tee {log}"
