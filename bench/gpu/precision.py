@@ -119,9 +119,9 @@ def weight_delta(a: Path, b: Path) -> dict[str, Any]:
 
 
 def val_loss(out: Path) -> float:
-    from gpt1.files import read_sealed_json
+    from gpt1 import records
 
-    return read_sealed_json(out / "metrics.json", "pretrain")["val_loss"]
+    return records.read("pretrain_metrics", out / "metrics.json")["val_loss"]
 
 
 def twin_runs(ctx: Context, record: Record) -> dict[str, Any]:

@@ -6,7 +6,7 @@ the bundle's CPU-stage outputs (bench/gpu_bundle/data: tokenizer, ids, encoded t
 * fine-tuning through each of the four input transformations (sst2, rte, stsb, story_cloze), zero-shot scoring
   and the export to transformers, side by side;
 * every output verified as the pipeline verifies it: the declared files, sealed JSON and sha256 records (the
-  package's own readers: gpt1.checkpoints.load_pretrained, gpt1.files.read_sealed_json and verify_file,
+  package's own readers: gpt1.checkpoints.load_pretrained, gpt1.records.read and gpt1.files.verify_file,
   gpt1.report.inputs' readers of fine-tuning and zero-shot outputs), finite metrics, the device each output says
   it was computed on; the export against ours; the MLflow runs every stage logged.
 """
@@ -37,10 +37,11 @@ def pretrain_args(ctx: Context, out: Path) -> list[str]:
 
 def kill_after_first_checkpoint(ctx: Context, out: Path) -> dict[str, Any]:
     """Start pre-training, SIGKILL it once its first resumable checkpoint is on disk; what the checkpoint holds."""
-    from gpt1.resume import LATEST, RESUME_DIR
+    from gpt1 import layout
+    from gpt1.resume import LATEST
 
     child, log, tick = start(ctx, "pretrain-killed", pretrain_args(ctx, out))
-    pointer, deadline = out / RESUME_DIR / LATEST, time.monotonic() + FIRST_CHECKPOINT_S
+    pointer, deadline = out / layout.RESUME / LATEST, time.monotonic() + FIRST_CHECKPOINT_S
     try:
         while not pointer.exists():
             if child.poll() is not None:
@@ -56,7 +57,7 @@ def kill_after_first_checkpoint(ctx: Context, out: Path) -> dict[str, Any]:
         raise RuntimeError(f"pre-training was not killed mid-run (exit {child.returncode})")
     if (out / "model.safetensors").exists():
         raise RuntimeError("a killed run left a finished model.safetensors")
-    return {"killed_after_s": round(time.perf_counter() - tick, 1), **checkpoint_state(out / RESUME_DIR)}
+    return {"killed_after_s": round(time.perf_counter() - tick, 1), **checkpoint_state(out / layout.RESUME)}
 
 
 def checkpoint_state(resume: Path) -> dict[str, Any]:
@@ -86,8 +87,9 @@ def finite(value: Any) -> bool:
 
 
 def verify_pretrain(out: Path, tokenizer: Path, snapshots: int) -> dict[str, Any]:
+    from gpt1 import records
     from gpt1.checkpoints import iter_snapshots, load_pretrained
-    from gpt1.files import read_sealed_json, verify_file
+    from gpt1.files import verify_file
     from gpt1.pretrain import declared_outputs
     from gpt1.tokenizer import GPT1Tokenizer
 
@@ -97,7 +99,7 @@ def verify_pretrain(out: Path, tokenizer: Path, snapshots: int) -> dict[str, Any
     _, meta = load_pretrained(out)  # checks model.safetensors against model.json's size and sha256
     for _, path in iter_snapshots(out):
         load_pretrained(path)  # each snapshot against the index's record
-    metrics = read_sealed_json(out / "metrics.json", "pretrain")
+    metrics = records.read("pretrain_metrics", out / "metrics.json")  # sealed and as declared
     verify_file(out / "curves.csv", metrics["files"]["curves.csv"], "pretrain", out / "metrics.json")
     if meta["tokenizer_sha256"] != GPT1Tokenizer.load(tokenizer).fingerprint():
         raise RuntimeError(f"{out}: made with another tokenizer")
@@ -107,12 +109,13 @@ def verify_pretrain(out: Path, tokenizer: Path, snapshots: int) -> dict[str, Any
 
 
 def verify_finetune(out: Path, task: str) -> dict[str, Any]:
-    from gpt1.files import read_sealed_json, verify_file
+    from gpt1 import records
+    from gpt1.files import verify_file
     from gpt1.report.inputs import read_finetune_metrics, verified_predictions
 
     run = read_finetune_metrics(out / "metrics.json", task, "pretrained", 0)  # sealed, every field the tables read
     predictions = verified_predictions(out / "predictions.jsonl")  # against metrics.json's sha256 record
-    data = read_sealed_json(out / "metrics.json", "finetune")
+    data = records.read("finetune_metrics", out / "metrics.json")
     verify_file(out / "curves.csv", data["files"]["curves.csv"], "finetune", out / "metrics.json")
     scores = {f"{name}.{m}": v for name, s in run.scores.items() for m, v in s.metrics.items()}
     if not scores or not all(finite(v) for v in scores.values()):
@@ -122,10 +125,11 @@ def verify_finetune(out: Path, task: str) -> dict[str, Any]:
 
 
 def verify_zeroshot(out: Path) -> dict[str, Any]:
-    from gpt1.files import read_sealed_json, verify_file
+    from gpt1 import records
+    from gpt1.files import verify_file
     from gpt1.report.inputs import ZEROSHOT_FIELDS, read_csv_rows
 
-    data = read_sealed_json(out / "zeroshot.json", "zeroshot")
+    data = records.read("zeroshot", out / "zeroshot.json")
     verify_file(out / "zeroshot.csv", data["files"]["zeroshot.csv"], "zeroshot", out / "zeroshot.json")
     rows = read_csv_rows(out / "zeroshot.csv", ZEROSHOT_FIELDS)
     if not rows or not all(finite(r["raw"]) for r in rows):
