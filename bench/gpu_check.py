@@ -71,10 +71,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (cuda 330, cpu 720)")
     run.add_argument("--work", type=Path, default=None, help="stage outputs and records (default: a new /tmp folder)")
     run.add_argument("--bundle", type=Path, default=BUNDLE)
+    run.add_argument("--sections", default=",".join(RUNS), type=sections,
+                     help="comma-separated sections to run, in the table's order (default: all)")
     section = sub.add_parser("section", help="one section (what `run` starts in a child)")
     section.add_argument("name", choices=RUNS)
     section.add_argument("--work", type=Path, required=True)
     return parser.parse_args(argv)
+
+
+def sections(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(unknown) or '(none)'}; "
+                                         f"choose from {', '.join(RUNS)}")
+    return names
 
 
 def pick_device(asked: str) -> str:
@@ -124,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpu_check: device {device}, work {ctx.work}, bundle {ctx.bundle}, budget {ctx.budget_s:.0f} s", flush=True)
     table = report.write(ctx, command)
     for name, _, _ in report.SECTIONS:
-        run_section(ctx, name)
+        if name in args.sections:
+            run_section(ctx, name)
         table = report.write(ctx, command)
     print("\n" + table, flush=True)
     return 0 if all(r["status"] in ("ok", "skipped") for r in report.records(ctx)) else 1

@@ -39,6 +39,17 @@ def test_script_without_an_output_folder_prints_its_usage() -> None:
     assert done.returncode == 2 and "usage: bash bench/gpu_check.sh OUT" in done.stderr
 
 
+def test_sections_runs_only_the_named_ones_and_refuses_an_unknown_name(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_script(str(out), "--device", "cpu", "--sections", "speed_extra", "--work", str(tmp_path / "work"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = done.stdout.split("| section | status |")[1]
+    assert "b+. speed_extra | skipped | CUDA only" in table and "a. hardware" not in table
+    assert list(json.loads((out / "results.json").read_text())["sections"]) == ["speed_extra"]
+    refused = run_script(str(tmp_path / "other"), "--sections", "speed,bogus")
+    assert refused.returncode == 2 and "unknown section(s) bogus; choose from hardware" in refused.stdout
+
+
 def test_bundle_carries_what_the_stages_need_beyond_the_gpu_machines_packages() -> None:
     from gpu.bundle import BASE, ON_GPU, carried, closure
 
