@@ -7,7 +7,7 @@ leaves what was measured, and the last thing printed is a short table.
 
 bench/gpu_check.sh installs the bundle's wheels where the packages are missing and calls this file:
 
-    python bench/gpu_check.py prepare [--bundle DIR] [--no-wheels] [--sample N] [--book-chars N]
+    python bench/gpu_check.py prepare [--bundle DIR] [--no-wheels] [--gpu-profile] [--sample N] [--book-chars N]
     python bench/gpu_check.py run OUT [--device auto|cuda|cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
 
 Sections (gpu/report.py SECTIONS; each in a child process of its own, killed with its children at its time limit):
@@ -17,6 +17,8 @@ Sections (gpu/report.py SECTIONS; each in a child process of its own, killed wit
   d. precision       CPU fp32 against GPU fp32 / TF32 / bf16; two identical GPU pre-trainings
   e. finetune_speed  fine-tuning update times at the gpu profile's shapes; bench/gpu_budget.py from measured speeds
   b+. speed_extra    if time is left: HF compiled, ours with the vocabulary padded to a multiple of 64
+  f. pretrain_minutes the gpu profile's own pre-training for ~3 minutes on the mirror's novels (prepare
+                     --gpu-profile), stopped with SIGTERM; its loss curve from MLflow into OUT/pretrain_curve.csv
 
 OUT receives at most 8 files (what the device tool brings back): results.json (every record), report.md (every
 table), log.txt (bench/gpu_check.sh), profile_step.txt (section b, below 55% MFU), stages.tar.gz (section c's
@@ -44,12 +46,12 @@ from gpu.env import BUNDLE, Context, child_env
 
 RUNS = {"hardware": "gpu.hardware:run", "speed": "gpu.speed:run", "stages": "gpu.stages:run",
         "precision": "gpu.precision:run", "finetune_speed": "gpu.finetune_speed:run",
-        "speed_extra": "gpu.speed:run_extra"}  # fmt: skip
+        "speed_extra": "gpu.speed:run_extra", "pretrain_minutes": "gpu.pretrain_minutes:run"}  # fmt: skip
 # Each section's time limit, seconds (the whole run's budget caps them too)
 LIMITS = {"cuda": {"hardware": 60, "speed": 170, "stages": 200, "precision": 100, "finetune_speed": 100,
-                   "speed_extra": 200},
+                   "speed_extra": 200, "pretrain_minutes": 330},
           "cpu": {"hardware": 90, "speed": 120, "stages": 420, "precision": 120, "finetune_speed": 120,
-                  "speed_extra": 30}}  # fmt: skip
+                  "speed_extra": 30, "pretrain_minutes": 150}}  # fmt: skip
 # The whole run; on an H100 the install and start-up come on top. On 2 busy cores section c's ten `gpt1` processes
 # (each loading torch and MLflow) take minutes.
 BUDGET = {"cuda": 330.0, "cpu": 720.0}
@@ -62,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     prep = sub.add_parser("prepare", help="build the bundle here, on the CPU")
     prep.add_argument("--bundle", type=Path, default=BUNDLE)
     prep.add_argument("--no-wheels", dest="wheels", action="store_false", help="leave the wheels out")
+    prep.add_argument("--gpu-profile", action="store_true", help="also the gpu profile's tokenizer and the novels' "
+                      "ids for section f (its fetch, clean, bpe and encode: ~35 min on 2 cores; GPT1_DATA_MIRROR)")
     prep.add_argument("--sample", type=int, default=1000, help="examples per task for the token counts")
     prep.add_argument("--book-chars", type=int, default=2_000_000, help="characters of novels for the token counts")
     run = sub.add_parser("run", help="every section, into OUT")
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prepare":
         from gpu.bundle import prepare
 
-        prepare(args.bundle.resolve(), args.wheels, args.sample, args.book_chars)
+        prepare(args.bundle.resolve(), args.wheels, args.sample, args.book_chars, args.gpu_profile)
         return 0
     return run(args) if args.command == "run" else section(args)
 

@@ -20,7 +20,7 @@ from gpt1.numerics import PINNED_ENV
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 sys.path.insert(0, str(REPO / "bench"))
-SECTIONS = ["hardware", "speed", "stages", "precision", "finetune_speed", "speed_extra"]
+SECTIONS = ["hardware", "speed", "stages", "precision", "finetune_speed", "speed_extra", "pretrain_minutes"]
 
 
 def script_env() -> dict[str, str]:
@@ -76,7 +76,9 @@ def test_budget_marks_each_speed_measured_or_assumed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path) -> None:
+def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, tiny_data) -> None:
+    import shutil
+
     from gpu.report import OUT_FILES
 
     bundle, out = tmp_path / "bundle", tmp_path / "out"
@@ -84,6 +86,10 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path) -
                           "5000")
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     assert (bundle / "data" / "tasks" / "story_cloze" / "encoded.json").is_file()
+    # Section f's data: the gpu profile's tokenizer and the novels' ids (--prepare --gpu-profile: ~35 min); here the
+    # suite's tiny ones, in the same layout
+    for name, source in (("tokenizer", tiny_data.tokenizer), ("ids", tiny_data.ids)):
+        shutil.copytree(source, bundle / "gpu_profile" / name)
     done = run_script(str(out), "--device", "cpu", "--work", str(tmp_path / "work"), "--bundle", str(bundle))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
@@ -92,6 +98,8 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path) -
     sections = json.loads((out / "results.json").read_text())["sections"]
     assert list(sections) == SECTIONS
     assert {n: s["status"] for n, s in sections.items()} == {**dict.fromkeys(SECTIONS, "ok"), "speed_extra": "skipped"}
+    curve = (out / "pretrain_curve.csv").read_text().splitlines()
+    assert curve[0] == "step,train_loss,lr,tokens_per_second,val_loss" and len(curve) > 5
 
     stages = sections["stages"]["data"]
     assert stages["killed"]["cuda_rng_states"] == 0 and stages["killed"]["checkpoint_device"] == "cpu"
@@ -114,5 +122,6 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path) -
     table = done.stdout.strip().splitlines()[-len(SECTIONS) - 3:]
     assert table[0] == "| section | status | result | seconds |"
     assert [line.split("|")[1].strip() for line in table[2:-1]] == [
-        "a. hardware", "b. speed", "c. stages", "d. precision", "e. finetune_speed", "b+. speed_extra"]
+        "a. hardware", "b. speed", "c. stages", "d. precision", "e. finetune_speed", "b+. speed_extra",
+        "f. pretrain_minutes"]
     assert (out / "report.md").read_text().rstrip().endswith(table[-1])

@@ -16,7 +16,8 @@ from gpu.env import Context, write_json
 RESULTS, REPORT, LOG = "results.json", "report.md", "log.txt"
 PROFILE_TABLE = "profile_step.txt"  # section b, when ours is under 55% MFU (and always on the CPU)
 STAGES_TAR = "stages.tar.gz"  # section c
-OUT_FILES = (RESULTS, REPORT, LOG, PROFILE_TABLE, STAGES_TAR)
+CURVE_CSV = "pretrain_curve.csv"
+OUT_FILES = (RESULTS, REPORT, LOG, PROFILE_TABLE, STAGES_TAR, CURVE_CSV)
 
 # (record name, letter, title) in the order they run
 SECTIONS = (
@@ -26,6 +27,7 @@ SECTIONS = (
     ("precision", "d", "numerics: CPU fp32 against GPU fp32, TF32 and bf16; two identical GPU pre-trainings"),
     ("finetune_speed", "e", "fine-tuning update time at the gpu profile's shapes; its GPU-hours recomputed"),
     ("speed_extra", "b+", "if time allows: HF compiled, ours with the vocabulary padded to a multiple of 64"),
+    ("pretrain_minutes", "f", "the gpu profile's pre-training for minutes on the mirror's novels: its loss curve"),
 )
 TITLES = {name: (letter, title) for name, letter, title in SECTIONS}
 
