@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/batch_throughput.py --batches 8,16,32 --threads 1 --rounds 6
 
-Why: a smaller batch gives more updates for the same tokens (BENCHMARKS.md, "Pre-training recipe"); whether it
+Why: a smaller batch gives more updates for the same tokens (docs/experiments.md, "Pre-training recipe"); whether it
 costs wall time depends on how well a CPU keeps busy on small matrices, which differs between a transformer (all
 positions at once) and an LSTM (one position after another). One update here is what gpt1.pretrain does per
 micro-batch: forward under the profile's autocast, cross-entropy, backward, clipping at 1.0, AdamW. The batch sizes

@@ -129,8 +129,9 @@ def trained_gpt(tiny_data: TinyData, mlflow_db: str, tmp_path_factory: pytest.Te
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """README's `tools/mlflow_server.py up STATE` (PostgreSQL and `mlflow server` on 127.0.0.1); `down STATE` at the
-    end of the session, whatever happened, unless a test stopped it already. Skips where they cannot start."""
+    """docs/operations.md's `tools/mlflow_server.py up STATE` (PostgreSQL and `mlflow server` on 127.0.0.1); `down
+    STATE` at the end of the session, whatever happened, unless a test stopped it already. Skips where they cannot
+    start."""
     import json
 
     from pipeline_repo import mlflow_server_command

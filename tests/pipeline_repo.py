@@ -74,6 +74,7 @@ MLFLOW_SERVER = [sys.executable, str(REPO / "tools" / "mlflow_server.py")]
 
 
 def mlflow_server_command(action: str, state: Path, *options: str) -> subprocess.CompletedProcess:
-    """`tools/mlflow_server.py up|down STATE [--auth]`: README's commands for the MLflow server on PostgreSQL."""
+    """`tools/mlflow_server.py up|down STATE [--auth]`: docs/operations.md's commands for the MLflow server on
+    PostgreSQL."""
     return subprocess.run([*MLFLOW_SERVER, action, str(state), *options], capture_output=True, text=True,
                           timeout=600)

@@ -1,9 +1,9 @@
 """Every place that branches on CUDA, with its decision forced on a machine without one.
 
-No GPU has run this code yet (README, "What has run on a GPU"). These tests keep the CUDA side of each branch from
-rotting unseen: they hand the decision a CUDA device, or make `torch.cuda.is_available()` say yes and record what
-the code then asks of torch (the process-group backend, the device to pin, the copy to make, the RNG state to
-restore), and check it is what a GPU run needs.
+No GPU has run this code yet (docs/operations.md, "What has run on a GPU"). These tests keep the CUDA side of each
+branch from rotting unseen: they hand the decision a CUDA device, or make `torch.cuda.is_available()` say yes and
+record what the code then asks of torch (the process-group backend, the device to pin, the copy to make, the RNG
+state to restore), and check it is what a GPU run needs.
 
 | branch | where | tests (words of their names) |
 | --- | --- | --- |

@@ -203,7 +203,7 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
 
 
 def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
-    """`snakemake -n --config profile=gpu`, the README's GPU command without running it: every stage planned."""
+    """`snakemake -n --config profile=gpu`, docs/operations.md's GPU command without running it: every stage planned."""
     root = workspace(tmp_path, "default")  # params.yaml names another profile: --config alone picks gpu
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "profile=gpu"],
                          cwd=root, capture_output=True, text=True)

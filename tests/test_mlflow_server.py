@@ -2,7 +2,7 @@
 127.0.0.1 (conftest.py's fixtures `mlflow_server` and `server_smoke_run`): every stage's run arrives, named by what
 it is and nested under the report run, with its metrics, its artifacts byte for byte, its models, and the
 pre-trained GPT registered; PostgreSQL holds them. Skipped where PostgreSQL cannot start. The commands are
-README's ("Scaling out")."""
+docs/operations.md's ("An MLflow server on PostgreSQL")."""
 
 from __future__ import annotations
 

@@ -129,7 +129,8 @@ def test_snapshot_steps_are_unique_log_spaced_and_end_at_total(total: int, count
 
 @pytest.mark.parametrize(("world_size", "micro", "accum"), [(1, 32, 2), (2, 32, 1), (4, 16, 1), (8, 8, 1)])
 def test_micro_batch_caps_each_process_share(world_size, micro, accum) -> None:
-    """The paper profile's 64 sequences (micro-batches of 32) on 1 to 8 GPUs, as the README's torchrun lines run it."""
+    """The paper profile's 64 sequences (micro-batches of 32) on 1 to 8 GPUs, as docs/operations.md's torchrun lines
+    run it."""
     from gpt1.config import load_config
 
     paper = load_config(REPO / "params.yaml", "paper").section("pretrain")

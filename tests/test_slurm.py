@@ -1,8 +1,8 @@
 """The smoke pipeline through a real Slurm: workflow/profiles/slurm with snakemake-executor-plugin-slurm, on the
 single-node cluster tools/slurm_cluster.sh brings up on this machine (Debian's munge, slurmctld, slurmd; root).
 
-Minutes of work, so it runs only when asked for (GPT1_SLURM_TEST=1, see README "Scaling out"), and is skipped where
-the plugin is missing or Slurm cannot start.
+Minutes of work, so it runs only when asked for (GPT1_SLURM_TEST=1, see docs/operations.md "Slurm"), and is skipped
+where the plugin is missing or Slurm cannot start.
 """
 
 from __future__ import annotations

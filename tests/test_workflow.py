@@ -121,7 +121,7 @@ def test_report_rendered_every_table_and_figure(smoke_run):
 
 
 def dvc(root: Path) -> list[str]:
-    """The README's `.venv/bin/dvc`, from a shell where nothing is activated."""
+    """docs/pipeline.md's `.venv/bin/dvc`, from a shell where nothing is activated."""
     return [str(root / ".venv" / "bin" / "dvc")]
 
 

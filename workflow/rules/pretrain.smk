@@ -1,5 +1,5 @@
 # Pre-training: the GPT-1 decoder (and, for the Table 5 ablation, the LSTM) on the encoded corpus.
-# Under torchrun the same command trains data-parallel (see README, "Pre-training on several GPUs").
+# Under torchrun the same command trains data-parallel (see docs/operations.md, "Pre-training on several GPUs").
 
 
 rule pretrain:
