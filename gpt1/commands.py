@@ -1,4 +1,5 @@
-"""The commands a user runs by hand, beside the pipeline's stages: `gpt1 sample` (text from a pre-trained model).
+"""The commands a user runs by hand, beside the pipeline's stages: `gpt1 sample` (text from a pre-trained model) and
+`gpt1 compare` (two results trees, or a DVC experiment against the workspace, cell by cell beyond noise).
 
 They are no stage of either engine, so no stage's code input: cli.py registers them from a function that
 gpt1.codedeps leaves out of every stage's closure, and adding or changing one here reruns nothing.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,23 @@ def register(sub: Any, common: Any) -> None:
     sample.add_argument("--device", default="cpu", help="torch device (default: cpu, the reproducible one)")
     sample.add_argument("--workers", type=int, default=None, help="torch threads when the profile is not pinned")
     sample.set_defaults(call=_sample, tool=True)
+
+    compare = sub.add_parser(
+        "compare", help="Did a change matter beyond noise? Two results trees, job by job and cell by cell.",
+        description="Compare results tree B against A (folders such as results/default, or DVC revisions: "
+                    "rev:<commit, branch, tag or experiment name> reads --path of that revision from DVC's cache, "
+                    "e.g. `gpt1 compare rev:HEAD results/default` after `dvc exp run -S ...`). Each cell (task x "
+                    "variant x reported metric) gets B - A, a paired bootstrap on the evaluation examples both "
+                    "scored and, with two or more seeds on both sides, a paired t-test across seeds; Holm-adjusted "
+                    "over the cells; and a verdict. Also the settings that differ, read from the records.")
+    compare.add_argument("a", help="the baseline: a results tree or rev:<revision>")
+    compare.add_argument("b", help="the changed one: a results tree or rev:<revision>")
+    compare.add_argument("--path", default="results/default",
+                         help="the results tree inside a DVC revision (default: %(default)s)")
+    compare.add_argument("--alpha", type=float, default=0.05, help="family-wise level (default: %(default)s)")
+    compare.add_argument("--out", type=Path, default=None,
+                         help="write compare.md, compare.html, cells.csv and settings.csv there")
+    compare.set_defaults(call=_compare, tool=True)
 
 
 def _tokenizer_for(model_arg: str, tokenizer_dir: Path | None, meta: dict[str, Any]) -> tuple[Any, str]:
@@ -102,4 +122,46 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["load_sampler", "register"]
+def experiment_commit(name: str) -> str | None:
+    """The commit of DVC experiment `name` (its ref refs/exps/.../<name>), or None when no experiment has it."""
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps"],
+                          capture_output=True, text=True)
+    for line in refs.stdout.splitlines():
+        ref, _, commit = line.partition(" ")
+        if ref.rsplit("/", 1)[-1] == name:
+            return commit
+    return None
+
+
+def materialize(source: str, path: str, scratch: Path) -> Path:
+    """A results tree from a folder, or from `rev:<revision>` through `dvc get` (DVC's cache: nothing re-runs)."""
+    if not source.startswith("rev:"):
+        return Path(source)
+    revision = source.removeprefix("rev:")
+    commit = experiment_commit(revision) or revision
+    out = scratch / revision.replace("/", "_")
+    done = subprocess.run(["dvc", "get", ".", path, "--rev", commit, "-o", str(out)], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["dvc get failed"])[-1]
+        raise Gpt1Error(f"{source}: cannot read {path} of that revision from DVC ({reason}); is it a commit or "
+                        f"experiment of this repository whose outputs are in the cache (dvc pull)?")
+    return out
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from gpt1.compare import compare_trees, render
+
+    if not 0 < args.alpha < 1:
+        raise Gpt1Error(f"--alpha {args.alpha}: give a level between 0 and 1, e.g. 0.05")
+    with tempfile.TemporaryDirectory(prefix="gpt1-compare-") as scratch:
+        a, b = (materialize(source, args.path, Path(scratch)) for source in (args.a, args.b))
+        files = render(compare_trees(a, b, args.alpha), args.a, args.b)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (args.out / name).write_text(text, encoding="utf-8")
+    print(files["compare.md"], end="")
+    return 0
+
+
+__all__ = ["experiment_commit", "load_sampler", "materialize", "register"]
