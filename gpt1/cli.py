@@ -135,6 +135,14 @@ def _show_config(cfg, a) -> None:
     print(yaml.safe_dump({"profile": cfg.profile, "data_mirror": mirror, **cfg.p}, sort_keys=False))
 
 
+def _tool_commands(sub) -> None:
+    """The commands beside the stages (gpt1.commands): gpt1.codedeps leaves this function out of every stage's code
+    inputs, so a change there reruns no stage."""
+    from gpt1.commands import register
+
+    register(sub, _common)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="gpt1", description="The GPT-1 paper as a reproducible pipeline.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<stage>")
@@ -187,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
            ("--model-dir", "folder of the pretrain stage"), ("--out", "output folder"))
     sub.choices["export"].add_argument("--format", choices=("hf",), default="hf",
                                        help="hf: a folder OpenAIGPTLMHeadModel.from_pretrained loads")
+    _tool_commands(sub)
     show = sub.add_parser("config", help="Validate params.yaml and print the selected profile.", epilog=EPILOG)
     _common(show)
     show.set_defaults(call=_show_config, workers=None)
@@ -194,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "tool", False):
+        return args.call(args)
     cfg = load_config(args.params, args.profile, args.overrides)
     if args.workers is not None and args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)

@@ -1,7 +1,8 @@
 """The package files a stage runs, read from the package's own imports: the code inputs of both workflow engines.
 
 A stage is `python -m gpt1 <command>`: `gpt1/__main__.py`, `gpt1/cli.py` and what they import, plus what the one
-dispatch function of `<command>` imports (cli.py imports each stage lazily, inside its dispatch function). The
+dispatch function of `<command>` imports (cli.py imports each stage lazily, inside its dispatch function), not the
+commands that are no stage (`gpt1 sample`: cli.py's `_tool_commands`). The
 closure follows every `import` statement of a module, those inside functions too (stages import lazily), so it
 may list a file a given run never loads: an extra input costs a rerun, a missing one a stale result.
 
@@ -21,6 +22,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 ENTRY = "__main__"  # `python -m gpt1`: the engines' stage command
 CLI = "cli"
 STAGE_REGISTRAR = "_stage"  # cli.py's `_stage(sub, "<command>", help, <dispatch function>, ...)`
+TOOLS_REGISTRAR = "_tool_commands"  # cli.py's registrar of the commands that are no stage (gpt1.commands)
 
 
 def _module_name(path: Path, package_dir: Path) -> str:
@@ -145,7 +147,7 @@ def stage_code(command: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
     commands = cli_commands(package_dir)
     if command not in commands:
         raise CodeDepsError(f"gpt1 {command}: no such stage command in {CLI}.py (known: {', '.join(commands)})")
-    others = frozenset(function for name, function in commands.items() if name != command)
+    others = frozenset(function for name, function in commands.items() if name != command) | {TOOLS_REGISTRAR}
     package = package_dir.name
     return import_closure([f"{package}.{ENTRY}"], package_dir, skip={f"{package}.{CLI}": others})
 

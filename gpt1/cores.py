@@ -16,6 +16,7 @@ from gpt1.errors import ConfigError, UsageError
 
 POOL_STAGES = frozenset({"clean", "bpe", "encode"})
 TORCH_STAGES = frozenset({"pretrain", "finetune", "layers", "zeroshot"})
+TORCH_TOOLS = frozenset({"sample"})  # gpt1.commands: no stage, but a model run as one is (pinned, threads)
 WORKERS_ENV = ("GPT1_WORKERS", "OMP_NUM_THREADS")  # Snakemake sets OMP_NUM_THREADS to a job's threads
 
 
@@ -60,13 +61,13 @@ def prepare_process(command: str, cpu: dict[str, Any], workers: int | None) -> i
     if cpu["pinned"]:
         numerics.pin_environment()  # the libraries read it once, when they load
     explicit = workers is not None
-    if workers is None and command in POOL_STAGES | TORCH_STAGES:
+    if workers is None and command in POOL_STAGES | TORCH_STAGES | TORCH_TOOLS:
         workers = default_workers(command)
-    if command in TORCH_STAGES:
+    if command in TORCH_STAGES | TORCH_TOOLS:
         workers = model_threads(cpu, workers, explicit)
         numerics.apply(cpu["pinned"], workers)
     return workers
 
 
-__all__ = ["POOL_STAGES", "TORCH_STAGES", "WORKERS_ENV", "default_workers", "env_workers", "model_threads",
-           "prepare_process"]
+__all__ = ["POOL_STAGES", "TORCH_STAGES", "TORCH_TOOLS", "WORKERS_ENV", "default_workers", "env_workers",
+           "model_threads", "prepare_process"]

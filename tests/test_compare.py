@@ -1,0 +1,127 @@
+"""`gpt1 compare`: two results trees cell by cell, on the smoke profile, with a change that moves results beyond noise
+and one that does not; the verdict logic (Holm, seeds) on its own."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpt1.compare import compare_trees, holm, verdicts
+from tests.conftest import PARAMS, TinyData, gpt1_command, tiny_config
+
+TASK = "sst2"
+SEEDS = (0, 1, 2)
+# A job that learns the smoke SST-2's planted sentiment words (~95% on its 64 validation sentences): every training
+# example, 30 epochs at lr 2e-3
+JOB = ["finetune.max_train_examples=400", "finetune.max_eval_examples=96", "finetune.epochs=30", "finetune.lr=2.0e-3"]
+
+
+def results_tree(root: Path, model: Path, tokenizer: Path, *overrides: str) -> Path:
+    """finetune/sst2/pretrained/<seed>/ for SEEDS, as the pipeline lays it out."""
+    from gpt1.finetune import finetune_stage
+
+    for seed in SEEDS:
+        finetune_stage(tiny_config(*JOB, *overrides), TASK, "pretrained", seed, model, tokenizer,
+                       root / "finetune" / TASK / "pretrained" / str(seed))
+    return root
+
+
+def small_gpt(tiny_data: TinyData, out: Path) -> Path:
+    """A 2-layer, 32-wide GPT on 64-token windows (whole smoke SST-2 sentences), saved as `gpt1 pretrain` saves."""
+    import dataclasses
+
+    import torch
+
+    from gpt1.checkpoints import save_weights, weights_metadata
+    from gpt1.files import file_record, write_json
+    from gpt1.model import GPT, GPTConfig
+    from gpt1.tokenizer import GPT1Tokenizer
+
+    tok = GPT1Tokenizer.load(tiny_data.tokenizer)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, n_layer=2, n_head=2))
+    out.mkdir(parents=True)
+    save_weights(model, out / "model.safetensors", weights_metadata("gpt", model.config, tok.fingerprint(), 0, 0))
+    write_json(out / "model.json", {"kind": "gpt", "config": dataclasses.asdict(model.config),
+                                    "tokenizer_sha256": tok.fingerprint(), "step": 0, "tokens": 0,
+                                    "weights": file_record(out / "model.safetensors")})
+    return out
+
+
+@pytest.fixture(scope="module")
+def trees(tiny_data: TinyData, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("compare")
+    model, tok = small_gpt(tiny_data, root / "gpt"), tiny_data.tokenizer
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        return {
+            "base": results_tree(root / "base", model, tok),
+            # no learning at all: the classifier stays where it was initialised
+            "frozen": results_tree(root / "frozen", model, tok, "finetune.lr=1.0e-12"),
+            # half the learning rate: other weights, a few other predictions (2 of 64 on seed 0), the same accuracy
+            "nudged": results_tree(root / "nudged", model, tok, "finetune.lr=1.0e-3"),
+            # a setting of another stage: nothing the job computes changes
+            "same": results_tree(root / "same", model, tok, "zeroshot.seed=7"),
+        }
+
+
+def only_cell(comparison) -> pd.Series:
+    assert len(comparison.cells) == 1
+    return comparison.cells.iloc[0]
+
+
+def test_a_change_that_moves_results_is_changed_beyond_noise(trees: dict[str, Path]) -> None:
+    found = compare_trees(trees["frozen"], trees["base"])
+    cell = only_cell(found)
+    assert cell["verdict"] == "changed", cell.to_dict()
+    assert cell["seeds"] == 3 and cell["examples"] == 3 * 64 and cell["B - A"] > 0  # smoke SST-2: 64 to evaluate
+    assert "recipe.lr" in set(found.settings["setting"])
+
+
+def test_a_change_within_noise_is_not_called_a_change(trees: dict[str, Path]) -> None:
+    found = compare_trees(trees["base"], trees["nudged"])
+    cell = only_cell(found)
+    assert cell["verdict"] == "within noise", cell.to_dict()
+    assert list(found.settings["setting"]) == ["recipe.lr"]
+    assert list(found.settings["A"]) == ["0.002"] and list(found.settings["B"]) == ["0.001"]
+    assert not cell["same predictions"] and cell["p paired"] > 0.05
+
+
+def test_the_same_computation_is_the_same_bytes(trees: dict[str, Path]) -> None:
+    found = compare_trees(trees["base"], trees["same"])
+    assert only_cell(found)["verdict"] == "same predictions" and found.settings.empty
+
+
+def test_cli_writes_the_tables_and_refuses_a_tree_without_results(
+    trees: dict[str, Path], subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    done = subprocess.run(gpt1_command("compare", str(trees["frozen"]), str(trees["base"]), "--out", str(tmp_path)),
+                          env=subprocess_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "1 cells: 1 changed" in done.stdout and "| recipe.lr" in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} == {"compare.md", "compare.html", "cells.csv", "settings.csv"}
+    assert "<table" in (tmp_path / "compare.html").read_text()
+
+    empty = subprocess.run(gpt1_command("compare", str(tmp_path), str(trees["base"])), env=subprocess_env,
+                           capture_output=True, text=True, timeout=300)
+    assert empty.returncode != 0 and "no fine-tuning results" in empty.stderr
+    assert len(empty.stderr.strip().splitlines()) == 1
+    assert str(PARAMS)  # the command needs no params file: it reads the records
+
+
+def test_holm_adjusts_step_down_and_stays_monotone() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+
+
+def test_a_cell_changes_only_when_every_test_it_has_agrees() -> None:
+    cells = pd.DataFrame([
+        {"p paired": 0.001, "p seeds": 0.40, "same predictions": False},  # the seeds' spread explains it
+        {"p paired": 0.001, "p seeds": 0.001, "same predictions": False},
+        {"p paired": 0.001, "p seeds": None, "same predictions": False},  # one seed: the paired test alone
+        {"p paired": 1.0, "p seeds": 1.0, "same predictions": True},
+    ])  # fmt: skip
+    assert list(verdicts(cells, 0.05)["verdict"]) == ["within noise", "changed", "changed", "same predictions"]
