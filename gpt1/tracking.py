@@ -294,7 +294,7 @@ def ensure_experiment(name: str) -> str:
 def view_state(view: str) -> dict[str, Any]:
     """The runs page's state in a saved view. gpt1-pipelines: every run grouped by its pipeline, newest first, the
     curated metrics as columns (a group's row shows its report's values: no other run logs them). gpt1-reports: the
-    report runs alone, a row per pipeline, its id and curated metrics as columns."""
+    report runs alone, a row per pipeline, the curated metrics as columns."""
     name, metrics = "attributes.`Run Name`", [f"metrics.`{metric}`" for metric in VIEW_METRICS]
     state: dict[str, Any] = {"orderByKey": "attributes.start_time", "orderByAsc": False,
                              "columnWidths": {name: 360, **dict.fromkeys(metrics, 100)}}
@@ -302,11 +302,9 @@ def view_state(view: str) -> dict[str, Any]:
         grouping = [{"mode": "tag", "groupByData": PIPELINE_TAG}]
         return {**state, "selectedColumns": metrics, "columnOrder": [name, *metrics],
                 "groupBy": {"aggregateFunction": "max", "groupByKeys": grouping}}
-    if view == REPORTS_VIEW:
-        pipeline = f"tags.`{PIPELINE_TAG}`"
-        return {**state, "searchFilter": "tags.`gpt1.stage` = 'report'", "selectedColumns": [pipeline, *metrics],
-                "columnOrder": [name, pipeline, *metrics], "columnWidths": {**state["columnWidths"], name: 120,
-                                                                            pipeline: 280}}
+    if view == REPORTS_VIEW:  # the report run's name says its pipeline (gpt1.report.stage.report_run_name)
+        return {**state, "searchFilter": "tags.`gpt1.stage` = 'report'", "selectedColumns": metrics,
+                "columnOrder": [name, *metrics]}
     raise ValueError(f"{view!r}: not a saved view; one of {', '.join(VIEWS)}")
 
 

@@ -728,6 +728,7 @@ def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monk
     assert "mlflow.parentRunId" not in client.get_run(parent).data.tags
     run = client.get_run(parent)
     assert run.info.status == "FINISHED" and run.data.tags["gpt1.stage"] == "report"
+    assert run.info.run_name == "report pipeline-42"  # which pipeline's report, in the runs table
     assert run.data.metrics["table4.pretrained.sst2"] == pytest.approx(90.0)
     assert run.data.metrics["gaps"] == run.data.metrics["report.gaps"] > 0  # a curated metric, one of the columns
     # The profile's settings, as the stages log their sections: comparing two pipelines' reports shows what changed.

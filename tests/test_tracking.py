@@ -127,7 +127,7 @@ def test_the_experiment_carries_saved_views_of_its_runs_and_says_what_to_click(t
     assert pipelines["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": PIPELINE_TAG}]
     assert pipelines["selectedColumns"] == [f"metrics.`{name}`" for name in VIEW_METRICS]
     assert reports["searchFilter"] == "tags.`gpt1.stage` = 'report'"
-    assert reports["selectedColumns"] == [f"tags.`{PIPELINE_TAG}`", *pipelines["selectedColumns"]]
+    assert reports["selectedColumns"] == pipelines["selectedColumns"]
     assert "groupBy" not in reports
     assert client.get_experiment_by_name("made").tags[NOTE_TAG] == NOTE
 

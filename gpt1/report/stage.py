@@ -232,6 +232,14 @@ def report_metrics(summary: Mapping[str, float]) -> dict[str, float]:
     return {**summary, **curated}
 
 
+def report_run_name() -> str:
+    """"report <pipeline id>" ($GPT1_PIPELINE_RUN): which pipeline's report, and parent, a row of the runs is."""
+    from gpt1.tracking import PIPELINE_RUN_ENV
+
+    pipeline = os.environ.get(PIPELINE_RUN_ENV)
+    return f"report {pipeline}" if pipeline else "report"
+
+
 def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV), summary.json and the figures under OUT, written together;
     one MLflow run holding them as artifacts, made the parent of this pipeline invocation's runs."""
@@ -246,7 +254,7 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     if mixed is not None:
         print(f"report: {mixed}")
     params = report_params(cfg, results_dir, out_dir, plan)
-    with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=report_run_name()) as run:
         outputs = write_report(report, out_dir)
         run.log_metrics(report_metrics(report.summary))
         for path in outputs:
