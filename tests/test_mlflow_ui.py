@@ -6,6 +6,7 @@ Needs Debian's `chromium` (skipped without it); starts `mlflow server` and the b
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "mlflow_screens.py"
+DOCS = REPO / "docs" / "mlflow_ui"
 CHROMIUM = shutil.which("chromium")
 EXPERIMENT = "gpt1"
 # (pipeline id, the setting changed, its GLUE average)
@@ -49,7 +51,7 @@ def log_pipeline(setenv: Callable[[str, str], None], pipeline: str, override: st
     """The stage runs of one pipeline, then its report run, logged as the stages log them."""
     from gpt1.config import load_config
     from gpt1.plan import Plan
-    from gpt1.report.stage import adopt_pipeline_runs, report_metrics, report_params
+    from gpt1.report.stage import adopt_pipeline_runs, report_metrics, report_params, report_run_name
     from gpt1.tracking import PIPELINE_RUN_ENV, stage_run
 
     setenv(PIPELINE_RUN_ENV, pipeline)
@@ -63,7 +65,7 @@ def log_pipeline(setenv: Callable[[str, str], None], pipeline: str, override: st
                "figure2_right.gpt.sst2.normalised": 0.06, "report.gaps": 0}
     results = REPO / "results" / cfg.profile
     params = report_params(cfg, results, results, Plan.from_params(cfg.root))
-    with stage_run("report", cfg.profile, EXPERIMENT, params) as run:
+    with stage_run("report", cfg.profile, EXPERIMENT, params, name=report_run_name()) as run:
         run.log_metrics(report_metrics(summary))
         adopt_pipeline_runs(run.run_id)
 
@@ -79,12 +81,14 @@ def make_store(folder: Path, setenv: Callable[[str, str], None]) -> str:
 
 def screens(uri: str, out: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(TOOL), "--backend-store-uri", uri, "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=600, cwd=out.parent)
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_every_view_shows_the_pipelines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT1_WRITE_MLFLOW_SCREENS=1: the screenshots go to docs/mlflow_ui/, which docs/mlflow_ui.md shows."""
     uri = make_store(tmp_path, monkeypatch.setenv)
-    done = screens(uri, tmp_path / "shots")
+    out = DOCS if os.environ.get("GPT1_WRITE_MLFLOW_SCREENS") == "1" else tmp_path / "shots"
+    done = screens(uri, out)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert list(lines) == ["home", "experiment", "training", "runs", "reports", "compare"]
@@ -94,7 +98,7 @@ def test_every_view_shows_the_pipelines(tmp_path: Path, monkeypatch: pytest.Monk
     assert "2 rows" in lines["reports"]
     assert lines["compare"].startswith(f"{PIPELINES[1][0]} vs {PIPELINES[0][0]}, ")  # as the view lists them
     assert "parameters that differ: finetune.lr: 0.0001 -> 0.001 -> " in lines["compare"]  # that one alone
-    assert sorted(p.name for p in (tmp_path / "shots").iterdir()) == [
+    assert sorted(p.name for p in out.iterdir()) == [
         "compare.png", "experiment.png", "home.png", "reports.png", "runs.png", "training.png"]
 
 

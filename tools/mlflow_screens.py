@@ -268,6 +268,15 @@ def blank(path: Path) -> bool:
     return colours is not None  # None: more colours than MIN_COLOURS
 
 
+def compact(path: Path) -> None:
+    """The screenshot in 256 colours (a third of the bytes; a UI has few): small enough to commit."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        small = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    small.save(path, optimize=True)
+
+
 # ---------------------------------------------------------------------------------------------------- the views
 
 
@@ -283,9 +292,9 @@ TICK_TWO = """(() => {
     boxes.forEach(box => box.click());
     return boxes.length === 2;
 })()"""
-# The compare page's "Parameters" section at the top of the window (below it: the metrics).
-SCROLL_TO_PARAMETERS = """(() => {
-    const hits = [...document.querySelectorAll('body *')].filter(e => (e.innerText || '').trim() === 'Parameters');
+# The compare page's "Run details" at the top of the window (the runs' names), the parameters and metrics below.
+SCROLL_TO_DETAILS = """(() => {
+    const hits = [...document.querySelectorAll('body *')].filter(e => (e.innerText || '').trim() === 'Run details');
     const heading = hits.find(e => ![...e.querySelectorAll('*')].some(c => hits.includes(c)));
     if (heading) heading.scrollIntoView({block: 'start'});
     return Boolean(heading);
@@ -311,12 +320,16 @@ async def take(browser: Browser, base: str, expected: Expected, views: list[str]
     lines = []
     experiment_page = f"{base}/#/experiments/{expected.experiment_id}"
     metric = expected.metrics[:1]
+    # The views' columns are the report's curated metrics: a store with report runs but none of them shows none.
+    uncurated = [] if metric or not expected.reports else [f"a curated metric ({', '.join(VIEW_METRICS)}): no "
+                                                           "report run logged one (made before they were logged?)"]
 
     async def shoot(view: str, want: list[str], extra: list[str] | None = None) -> Path:
         missing = await browser.wait_for(want, timeout)
         path = out / f"{view}.png"
         await browser.screenshot(path)
         check(view, path, missing + (extra or []))
+        compact(path)
         return path
 
     async def tab() -> str:
@@ -370,7 +383,7 @@ async def take(browser: Browser, base: str, expected: Expected, views: list[str]
         await close_assistant()
         rows = await browser.evaluate(ROWS) or 0
         untagged = "" if expected.newest_pipeline else f": no run carries the tag {PIPELINE_TAG}"
-        extra = [] if rows >= 2 else [f"rows of runs (the table has {rows}{untagged})"]
+        extra = uncurated + ([] if rows >= 2 else [f"rows of runs (the table has {rows}{untagged})"])
         path = await shoot("runs", want, extra + await not_active(VIEWS[PIPELINES_VIEW]))
         lines.append(f"runs: view {VIEWS[PIPELINES_VIEW]!r}, {rows} rows grouped by {PIPELINE_TAG}, the newest "
                      f"{expected.newest_pipeline} first; metric columns in sight: {await in_sight(browser, expected)} "
@@ -389,7 +402,8 @@ async def take(browser: Browser, base: str, expected: Expected, views: list[str]
         want = [*[p for p in pipelines if p], *metric]
         await browser.wait_for(want, timeout)
         rows = await browser.evaluate(ROWS) or 0
-        path = await shoot("reports", want, ([] if rows else ["a row (the table has none)"]) + await not_active(name))
+        extra = uncurated + ([] if rows else ["a row (the table has none)"])
+        path = await shoot("reports", want, extra + await not_active(name))
         if "reports" in views:
             lines.append(f"reports: view {name!r} from the Views menu, {rows} rows, a report per pipeline; metric "
                          f"columns in sight: {await in_sight(browser, expected)} -> {path}")
@@ -399,10 +413,11 @@ async def take(browser: Browser, base: str, expected: Expected, views: list[str]
         missing = await browser.wait_for(["Parameters", "Show diff only", *metric], timeout)
         if not missing:
             await browser.click("Show diff only", "span, label, div")  # the first: the parameters'
-            await browser.evaluate(SCROLL_TO_PARAMETERS)
+            await browser.evaluate(SCROLL_TO_DETAILS)
         ids = json.loads(await browser.evaluate("new URLSearchParams(location.hash.split('?')[1]).get('runs')") or "[]")
         expected.compare_ids(ids)
         want = [*expected.changed, *[value for pair in expected.changed.values() for value in pair if value]]
+        want += [run.info.run_name for run in expected.compared]
         path = await shoot("compare", missing + want,
                            [] if expected.changed else ["a parameter that differs (none does)"])
         names = [run.data.tags.get(PIPELINE_TAG, run.info.run_name) for run in expected.compared]
