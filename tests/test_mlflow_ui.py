@@ -112,7 +112,7 @@ def test_a_view_that_shows_nothing_fails_naming_it(tmp_path: Path, monkeypatch: 
     client = MlflowClient(uri)
     client.delete_experiment_tag(client.get_experiment_by_name(EXPERIMENT).experiment_id,
                                  VIEW_TAG_PREFIX + PIPELINES_VIEW)
-    done = screens(uri, tmp_path / "shots", "--views", "runs", "--timeout", "20")
+    done = screens(uri, tmp_path / "shots", "--views", "runs", "--timeout", "10")
     assert done.returncode == 1, done.stdout + done.stderr
     said = done.stderr.strip()
     assert said.startswith("mlflow_screens: runs: the view is empty or wrong, it does not show "), said

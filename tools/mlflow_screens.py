@@ -232,6 +232,15 @@ class Browser:
         await asyncio.sleep(1.5)  # what loads after the names (icons, values) lands before the screenshot
         return missing
 
+    async def until(self, expression: str, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for a JavaScript expression to be true."""
+        deadline = time.monotonic() + timeout
+        while not await self.evaluate(f"Boolean({expression})"):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.3)
+        return True
+
     async def click(self, text: str | None, selector: str = "button, a, [role=button], label, span") -> bool:
         """Click, with the mouse, the innermost visible element matching `selector` whose text (or aria-label) is
         `text` (None: any); False when there is none."""
@@ -362,11 +371,13 @@ async def take(browser: Browser, base: str, expected: Expected, views: list[str]
         path = await shoot("experiment", [expected.experiment], [] if opened else ["a tab of the experiment"])
         lines.append(f"experiment: opens on its {opened!r} tab -> {path}")
     if "training" in views:
-        if await browser.click("Got it", "button"):  # the GenAI overview's pop-up takes the first click
-            await asyncio.sleep(1)
-        if not await browser.click("Model training"):  # the sidebar's switch: kept in the browser from now on
-            raise ScreenError("training: no 'Model training' switch in the sidebar")
-        await asyncio.sleep(1)
+        for _ in range(3):  # the GenAI overview's pop-up takes the first click, whenever it shows up
+            if await browser.click("Got it", "button"):
+                await asyncio.sleep(1)
+            if not await browser.click("Model training"):  # the sidebar's switch: kept in the browser from now on
+                raise ScreenError("training: no 'Model training' switch in the sidebar")
+            if await browser.until("location.hash.includes('workflowType=machine_learning')", 10):
+                break
         await browser.goto(experiment_page)
         opened = await tab()
         want = [expected.experiment, "Run Name", "report"]
@@ -395,8 +406,8 @@ async def take(browser: Browser, base: str, expected: Expected, views: list[str]
             await close_assistant()
         name = VIEWS[REPORTS_VIEW]
         menu = await browser.click(None, "[data-testid=saved-views-trigger]")
-        await asyncio.sleep(1)
-        if not (menu and await browser.click(name, "[role=menuitem]")):
+        if not (menu and await browser.until(f"document.querySelector('[data-testid=saved-views-item-{REPORTS_VIEW}]')",
+                                             timeout) and await browser.click(name, "[role=menuitem]")):
             raise ScreenError(f"reports: the Views menu does not list {name!r}")
         pipelines = [run.data.tags.get(PIPELINE_TAG) for run in expected.reports[:2]]
         want = [*[p for p in pipelines if p], *metric]
