@@ -8,15 +8,19 @@ Before a stage opens its run, the store is checked in seconds (a server that doe
 is not a database, truncated, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT); every failure of the store is
 one TrackingError naming it. A run ends FINISHED, FAILED, or KILLED (SIGTERM, Ctrl-C), never left RUNNING.
 
-What users see: runs named by what they are ("finetune sst2 pretrained seed0"), an experiment tagged to open on its
-runs (not MLflow 3's GenAI overview), datasets as run inputs with their source and sha256, and models logged as MLflow
-Python models (gpt1.mlflow_models) linked to their run, registered where the store has a registry.
+What users see: runs named by what they are ("finetune sst2 pretrained seed0"), datasets as run inputs with their
+source and sha256, and models logged as MLflow Python models (gpt1.mlflow_models) linked to their run, registered where
+the store has a registry. The experiment carries what `mlflow ui` reads from it (experiment_tags): a description that
+says what to click, and two saved views of the runs page, listed under Views ("gpt1 pipelines": the runs grouped by
+pipeline; "gpt1 reports": a row per pipeline; both with the report's curated metrics as columns), which `ui_url`
+opens. docs/mlflow_ui.md shows the screens (tools/mlflow_screens.py takes them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import random
@@ -40,8 +44,28 @@ PROBE_SECONDS = 5.0  # a tracking server that does not accept a connection in th
 # MLflow retries a failing HTTP request 7 times with exponential back-off (minutes); a stage fails sooner.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# MLflow 3's UI opens an experiment on its GenAI overview unless this tag says it holds model training runs.
+PIPELINE_TAG = "gpt1.pipeline_run"  # the run tag set from PIPELINE_RUN_ENV
+# What the experiment says it holds. MLflow 3.17's UI does not read it to pick the tab an experiment opens on: the
+# GenAI / Model training switch at the top of its sidebar decides, kept in the browser (localStorage
+# `mlflow.workflowType`, GenAI until a user clicks Model training) or given in the address (`workflowType=`, ui_url).
+# Earlier 3.x UIs open on the runs with it; the API reports it.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# The experiment's description (Markdown), shown on the UI's home page and above the runs; written once, then the
+# user's to edit.
+NOTE_TAG = "mlflow.note.content"
+NOTE = ("To see the runs: click **Model training** (top left), then **Views** → *gpt1 pipelines* (the runs by "
+        "pipeline) or *gpt1 reports* (a row per pipeline: tick two, **Compare**).")
+# Saved views of the runs page: experiment tags mlflow.sharedViewState.<id>, listed under Views by MLflow 3.17 (value
+# {name, createdAt, updatedAt, state}, state the page's search facets and UI state as JSON), opened by
+# `#/experiments/<experiment id>/runs?viewStateShareKey=<id>`. id -> name.
+PIPELINES_VIEW, REPORTS_VIEW = "gpt1-pipelines", "gpt1-reports"
+VIEWS = {PIPELINES_VIEW: "gpt1 pipelines", REPORTS_VIEW: "gpt1 reports"}
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+# The report run's curated metrics (gpt1.report.stage.CURATED_METRICS, then gaps; tests/test_tracking.py checks),
+# the views' columns in this order.
+VIEW_METRICS = ("ppl_gpt", "ppl_lstm", "glue", "glue_scratch", "race", "t5_no_aux", "t5_lstm", "layers", "zs_gpt",
+                "zs_lstm", "gaps")
+UI_BASE = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 DIGEST_CHARS = 32  # MLflow stores a dataset digest in 36 characters (PostgreSQL enforces it); the full hash is a tag
 # Stores with a model registry: a database, a server, Databricks (a file store under ./mlruns has none).
 REGISTRY_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
@@ -259,11 +283,64 @@ def ensure_experiment(name: str) -> str:
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
-            return client.create_experiment(name, tags=EXPERIMENT_KIND)
-        for key, value in EXPERIMENT_KIND.items():  # an experiment made before the tag existed
+            return client.create_experiment(name, tags=experiment_tags({}))
+        # An experiment made before a tag existed, or whose view a user deleted: the missing or changed tags.
+        for key, value in experiment_tags(experiment.tags).items():
             if experiment.tags.get(key) != value:
                 client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id
+
+
+def view_state(view: str) -> dict[str, Any]:
+    """The runs page's state in a saved view. gpt1-pipelines: every run grouped by its pipeline, newest first, the
+    curated metrics as columns (a group's row shows its report's values: no other run logs them). gpt1-reports: the
+    report runs alone, a row per pipeline, the curated metrics as columns."""
+    name, metrics = "attributes.`Run Name`", [f"metrics.`{metric}`" for metric in VIEW_METRICS]
+    state: dict[str, Any] = {"orderByKey": "attributes.start_time", "orderByAsc": False,
+                             "columnWidths": {name: 360, **dict.fromkeys(metrics, 100)}}
+    if view == PIPELINES_VIEW:
+        grouping = [{"mode": "tag", "groupByData": PIPELINE_TAG}]
+        return {**state, "selectedColumns": metrics, "columnOrder": [name, *metrics],
+                "groupBy": {"aggregateFunction": "max", "groupByKeys": grouping}}
+    if view == REPORTS_VIEW:  # the report run's name says its pipeline (gpt1.report.stage.report_run_name)
+        return {**state, "searchFilter": "tags.`gpt1.stage` = 'report'", "selectedColumns": metrics,
+                "columnOrder": [name, *metrics]}
+    raise ValueError(f"{view!r}: not a saved view; one of {', '.join(VIEWS)}")
+
+
+def experiment_tags(current: Mapping[str, str]) -> dict[str, str]:
+    """The tags the experiment should carry, given those it has: the kind, each saved view (rewritten only when its
+    state changed, so that it keeps the time it was made), the description unless one is set."""
+    tags = dict(EXPERIMENT_KIND)
+    for view, name in VIEWS.items():
+        state, key = json.dumps(view_state(view), sort_keys=True), VIEW_TAG_PREFIX + view
+        try:
+            saved = json.loads(current.get(key, "{}"))
+        except ValueError:
+            saved = {}
+        if isinstance(saved, dict) and saved.get("state") == state and saved.get("name") == name:
+            tags[key] = current[key]
+        else:
+            now = int(time.time() * 1000)
+            tags[key] = json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": state})
+    if not current.get(NOTE_TAG):
+        tags[NOTE_TAG] = NOTE
+    return tags
+
+
+def ui_url(experiment_id: str, uri: str | None = None, view: str = PIPELINES_VIEW) -> str:
+    """The address of a saved view in the UI: on the tracking server for a server URI (without its credentials),
+    else where `mlflow ui` serves by default. workflowType=machine_learning: MLflow 3.17 shows the runs, not its
+    GenAI pages."""
+    uri = uri or tracking_uri()
+    base = UI_BASE
+    if uri.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(uri)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        netloc += f":{parts.port}" if parts.port else ""
+        base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={view}"
 
 
 def git_commit() -> str:
@@ -289,10 +366,11 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """What a stage logs into its MLflow run; every write retries on a locked sqlite database."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, experiment_id: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
         self.run_id = run_id
+        self.experiment_id = experiment_id
         self.client = MlflowClient(tracking_uri())
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -431,10 +509,10 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
         client = MlflowClient(tracking_uri())
     tags = {"gpt1.stage": stage, "gpt1.profile": profile, "mlflow.source.git.commit": git_commit(), **machine_tags()}
     if os.environ.get(PIPELINE_RUN_ENV):
-        tags["gpt1.pipeline_run"] = os.environ[PIPELINE_RUN_ENV]
+        tags[PIPELINE_TAG] = os.environ[PIPELINE_RUN_ENV]
     run = _retry(lambda: client.create_run(experiment_id, tags=tags, run_name=name or stage))
     try:
-        logger = StageRun(run.info.run_id)
+        logger = StageRun(run.info.run_id, experiment_id)
         logger.log_params(params)
         yield logger
     except BaseException as err:

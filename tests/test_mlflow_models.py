@@ -58,7 +58,7 @@ def expected_scores(model_dir: Path, tokenizer_dir: Path) -> list[tuple[int, flo
 
 def test_the_experiment_opens_on_its_runs(store: str, pretrained: dict[str, Path]) -> None:
     experiment = MlflowClient(store).get_experiment_by_name("gpt1")
-    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # not the GenAI overview
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # what it holds (docs/mlflow_ui.md)
 
 
 def test_pretrained_gpt_is_registered_with_its_metrics_and_loads_with_pyfunc(store: str, pretrained: dict[str, Path],

@@ -685,7 +685,19 @@ def test_a_pipeline_id_with_a_quote_is_refused() -> None:
     assert adopt_pipeline_runs("run", "") == []  # no pipeline invocation: nothing to group
 
 
-def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monkeypatch) -> None:
+def test_the_report_run_logs_the_curated_metrics_that_exist() -> None:
+    """The curated few under the names `dvc metrics show` gives them (the columns of MLflow's saved views), beside
+    every number of the summary; a curated metric without its inputs (None in metrics.json) is not logged."""
+    from gpt1.report.stage import CURATED_METRICS, report_metrics
+    from gpt1.tracking import VIEW_METRICS
+
+    summary = {"table4.glue_average.pretrained": 61.5, "figure2_left.mnli.dev_accuracy": 40.0,
+               "figure2_left.race.dev_accuracy": 30.0, "report.gaps": 3}
+    assert report_metrics(summary) == {**summary, "glue": 61.5, "layers": 35.0, "gaps": 3}
+    assert (*CURATED_METRICS, "gaps") == VIEW_METRICS  # every one a column of the views, in this order
+
+
+def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monkeypatch, capsys) -> None:
     from mlflow.tracking import MlflowClient
 
     from gpt1.report import report_stage
@@ -716,7 +728,14 @@ def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monk
     assert "mlflow.parentRunId" not in client.get_run(parent).data.tags
     run = client.get_run(parent)
     assert run.info.status == "FINISHED" and run.data.tags["gpt1.stage"] == "report"
+    assert run.info.run_name == "report pipeline-42"  # which pipeline's report, in the runs table
     assert run.data.metrics["table4.pretrained.sst2"] == pytest.approx(90.0)
+    assert run.data.metrics["gaps"] == run.data.metrics["report.gaps"] > 0  # a curated metric, one of the columns
+    # The profile's settings, as the stages log their sections: comparing two pipelines' reports shows what changed.
+    assert run.data.params["finetune.lr"] == str(cfg.p["finetune"]["lr"])
+    assert run.data.params["model.n_layer"] == str(cfg.p["model"]["n_layer"])
+    url = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs?workflowType=machine_learning"
+    assert f"report: the pipelines in MLflow's UI: {url}&viewStateShareKey=gpt1-pipelines\n" in capsys.readouterr().out
     artifacts = {a.path for folder in ("tables", "figures") for a in client.list_artifacts(parent, folder)}
     assert {"tables/table2.md", "tables/table5.tex", "tables/summary.json", "figures/figure2_left.png",
             "figures/figure2_right.svg", "figures/pretraining.png"} <= artifacts

@@ -1,5 +1,6 @@
 """MLflow: parallel stages must not lose a metric, fail on a locked database, or land in the wrong experiment."""
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def test_a_password_in_the_tracking_uri_is_not_shown():
 
 
 def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
-    """MLflow 3's UI opens an untagged experiment on the GenAI overview; ours open on their runs."""
+    """The kind says the experiment holds model training runs (MLflow 3.17's UI does not read it for the tab it opens
+    on: docs/mlflow_ui.md)."""
     from gpt1.tracking import EXPERIMENT_KIND, ensure_experiment
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -100,6 +102,67 @@ def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
     assert ensure_experiment("newer") != old
     for name in ("older", "newer"):
         assert client.get_experiment_by_name(name).tags.items() >= EXPERIMENT_KIND.items()
+
+
+def _views(client: MlflowClient, name: str) -> dict[str, dict]:
+    from gpt1.tracking import VIEW_TAG_PREFIX
+
+    tags = client.get_experiment_by_name(name).tags
+    return {key.removeprefix(VIEW_TAG_PREFIX): json.loads(value) for key, value in tags.items()
+            if key.startswith(VIEW_TAG_PREFIX)}
+
+
+def test_the_experiment_carries_saved_views_of_its_runs_and_says_what_to_click(tmp_path, monkeypatch):
+    """What MLflow 3.17's runs page lists under Views: the runs grouped by pipeline, and a row per pipeline (its
+    report run), each with the curated metrics as columns; the description says where they are."""
+    from gpt1.tracking import NOTE, NOTE_TAG, PIPELINE_TAG, VIEW_METRICS, VIEWS, ensure_experiment
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    ensure_experiment("made")
+    views = _views(client, "made")
+    assert {view: saved["name"] for view, saved in views.items()} == VIEWS
+    pipelines, reports = (json.loads(views[view]["state"]) for view in ("gpt1-pipelines", "gpt1-reports"))
+    assert pipelines["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": PIPELINE_TAG}]
+    assert pipelines["selectedColumns"] == [f"metrics.`{name}`" for name in VIEW_METRICS]
+    assert reports["searchFilter"] == "tags.`gpt1.stage` = 'report'"
+    assert reports["selectedColumns"] == pipelines["selectedColumns"]
+    assert "groupBy" not in reports
+    assert client.get_experiment_by_name("made").tags[NOTE_TAG] == NOTE
+
+
+def test_the_saved_views_come_back_and_a_users_description_stays(tmp_path, monkeypatch):
+    """Each stage checks the experiment's tags: a view deleted in the UI, or saved by an older version, is written
+    again; one that is up to date is left as it is (its time kept); a description a user wrote is theirs."""
+    from gpt1.tracking import NOTE_TAG, VIEW_TAG_PREFIX, ensure_experiment
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    experiment = ensure_experiment("kept")
+    before = _views(client, "kept")
+    client.delete_experiment_tag(experiment, VIEW_TAG_PREFIX + "gpt1-pipelines")
+    client.set_experiment_tag(experiment, VIEW_TAG_PREFIX + "gpt1-reports", json.dumps({**before["gpt1-reports"],
+                                                                                        "state": "{}"}))
+    client.set_experiment_tag(experiment, NOTE_TAG, "my notes")
+    time.sleep(0.01)
+    assert ensure_experiment("kept") == experiment
+    after = _views(client, "kept")
+    assert {view: saved["state"] for view, saved in after.items()} == {v: s["state"] for v, s in before.items()}
+    assert after["gpt1-pipelines"]["createdAt"] > before["gpt1-pipelines"]["createdAt"]  # written again
+    assert client.get_experiment_by_name("kept").tags[NOTE_TAG] == "my notes"
+    ensure_experiment("kept")
+    assert _views(client, "kept") == after  # up to date: not rewritten
+
+
+def test_the_ui_address_opens_the_view_on_the_runs_not_the_genai_pages():
+    from gpt1.tracking import ui_url
+
+    query = "runs?workflowType=machine_learning&viewStateShareKey="
+    assert ui_url("3", "sqlite:///mlflow.db") == f"http://127.0.0.1:5000/#/experiments/3/{query}gpt1-pipelines"
+    assert (ui_url("3", "https://me:secret@mlflow.example.org:8443/team/", "gpt1-reports")
+            == f"https://mlflow.example.org:8443/team/#/experiments/3/{query}gpt1-reports")
 
 
 def test_dataset_sources_say_where_the_data_came_from():

@@ -208,8 +208,12 @@ def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> 
     return children
 
 
-def _stage_params(results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
+def report_params(cfg: Any, results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
+    """The report run's parameters: every setting of the profile (as the stages log their sections: `finetune.lr`,
+    ...), so that comparing two pipelines' report runs in `mlflow ui` shows the settings that changed, then what the
+    report read."""
     return {
+        **cfg.p,
         "results_dir": str(results_dir),
         "out_dir": str(out_dir),
         "finetune_tasks": list(plan.finetune_tasks),
@@ -221,10 +225,25 @@ def _stage_params(results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any
     }
 
 
+def report_metrics(summary: Mapping[str, float]) -> dict[str, float]:
+    """The report run's metrics: every number of the summary, and the curated few (those present) under the names
+    `dvc metrics show` gives them, the columns of `mlflow ui`'s saved view (gpt1.tracking.VIEW_METRICS)."""
+    curated = {name: value for name, value in curated_metrics(summary).items() if value is not None}
+    return {**summary, **curated}
+
+
+def report_run_name() -> str:
+    """"report <pipeline id>" ($GPT1_PIPELINE_RUN): which pipeline's report, and parent, a row of the runs is."""
+    from gpt1.tracking import PIPELINE_RUN_ENV
+
+    pipeline = os.environ.get(PIPELINE_RUN_ENV)
+    return f"report {pipeline}" if pipeline else "report"
+
+
 def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV), summary.json and the figures under OUT, written together;
     one MLflow run holding them as artifacts, made the parent of this pipeline invocation's runs."""
-    from gpt1.tracking import stage_run
+    from gpt1.tracking import stage_run, ui_url
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     plan = Plan.from_params(cfg.root)
@@ -234,15 +253,16 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     mixed = mixed_numerics(report.finetuned)
     if mixed is not None:
         print(f"report: {mixed}")
-    params = _stage_params(results_dir, out_dir, plan)
-    with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    params = report_params(cfg, results_dir, out_dir, plan)
+    with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=report_run_name()) as run:
         outputs = write_report(report, out_dir)
-        run.log_metrics(report.summary)
+        run.log_metrics(report_metrics(report.summary))
         for path in outputs:
             run.log_artifact(path, path.parent.name)
         children = adopt_pipeline_runs(run.run_id)
         run.set_tags({"gpt1.children": len(children), "gpt1.gaps": len(report.gaps)})
     print(f"report: {len(outputs)} files under {out_dir}; {len(report.gaps)} gaps; {len(children)} runs nested")
+    print(f"report: the pipelines in MLflow's UI: {ui_url(run.experiment_id)}")
     return {
         "run_id": run.run_id,
         "outputs": [str(p) for p in outputs],
