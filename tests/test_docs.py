@@ -150,7 +150,7 @@ def code_blocks(text: str) -> list[list[str]]:
 def shell_commands(block: list[str]) -> list[str]:
     """The command lines of a block: continuation lines joined, comments and blank lines dropped."""
     text = re.sub(r"\\\n\s*", " ", "\n".join(block))
-    return [line for line in (" ".join(shlex.split(raw, comments=True)) for raw in text.splitlines()) if line]
+    return [line for line in (shlex.join(shlex.split(raw, comments=True)) for raw in text.splitlines()) if line]
 
 
 def simple_commands(line: str) -> list[list[str]]:
