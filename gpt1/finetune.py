@@ -6,6 +6,8 @@ with the fine-tuned model.
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,11 @@ def declared_outputs(out_dir: str | Path) -> list[Path]:
     return [Path(out_dir) / name for name in layout.FINETUNE_FILES]
 
 
-def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> None:
+def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics,
+                  before_publish: Callable[[dict[str, Path]], None] | None = None) -> None:
     """metrics.json (with the numerics the job computed with), predictions.jsonl, curves.csv: temp names, renamed
-    together at the end."""
+    together at the end, after `before_publish` (given each file's temp path by its name) has run: what fails in it
+    (MLflow on a full disk, say) leaves an earlier run's outputs as they were."""
     with staged_outputs(*declared_outputs(out_dir)) as (metrics, predictions, curves):
         with open(predictions, "w", encoding="utf-8") as handle:
             for line in result.predictions:
@@ -38,6 +42,8 @@ def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> 
         files = {layout.PREDICTIONS: file_record(predictions), layout.FINETUNE_CURVES: file_record(curves)}
         records.write("finetune_metrics", metrics,
                       {**without_timings(result.metrics), "numerics": numerics.to_json(), "files": files})
+        if before_publish is not None:
+            before_publish(dict(zip(layout.FINETUNE_FILES, (metrics, predictions, curves), strict=True)))
 
 
 def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
@@ -72,7 +78,8 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
                    transfer_layers: int | None = None, examples_dir: str | Path | None = None) -> dict[str, Any]:
     """`gpt1 finetune`: fine-tune one task (variant, seed) and evaluate it; write OUT/metrics.json,
     predictions.jsonl and curves.csv together, log an MLflow run. Every input is checked before training; a
-    failure leaves an earlier run's outputs as they were (they are replaced only by the final renames)."""
+    failure, MLflow's logging included, leaves an earlier run's outputs as they were (they are replaced only by the
+    final renames, after everything else)."""
     from gpt1.tracking import stage_run
 
     out = Path(out_dir)
@@ -87,11 +94,15 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
                       "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
         _log_inputs(run, job)
         result = finetune_job(job, _mlflow_curves(run))
-        write_outputs(out, result, numerics)
-        run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
-        for name in layout.FINETUNE_FILES:
-            run.log_artifact(out / name)
-        _log_model(run, job, cfg, result.metrics["updates"])
+
+        def log_to_mlflow(files: dict[str, Path]) -> None:  # before the outputs are published: see write_outputs
+            run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
+            with tempfile.TemporaryDirectory(prefix="gpt1-finetune-") as named:  # artifacts under their own names
+                for name, temp in files.items():
+                    run.log_artifact(shutil.copyfile(temp, Path(named) / name))
+            _log_model(run, job, cfg, result.metrics["updates"])
+
+        write_outputs(out, result, numerics, before_publish=log_to_mlflow)
     return result.metrics
 
 

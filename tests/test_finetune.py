@@ -343,6 +343,26 @@ def test_a_loss_that_is_not_finite_stops_the_job_and_names_the_setting(assets: A
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_mlflow_failing_after_training_leaves_the_earlier_outputs_as_they_were(
+    assets: Assets, mlflow_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import gpt1.finetune as stage
+
+    out = tmp_path / "out"
+    finetune_stage(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "mlruns/model")
+
+    monkeypatch.setattr(stage, "_log_model", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        finetune_stage(config("finetune.lr=2.0e-3"), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # other results, never published
+
+
 def test_vocabulary_mismatch_is_refused(assets: Assets, tok: GPT1Tokenizer, tmp_path: Path) -> None:
     out = tmp_path / "out"
     for extra, match in ((-1, "use the tokenizer the model was pre-trained with"), (3, "no room for the specials")):
