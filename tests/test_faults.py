@@ -120,15 +120,16 @@ def test_two_pipelines_at_once_share_the_checkout_and_the_store_and_a_true_colli
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     job = FIRST
 
-    first = start_snakemake(root, env, "--cores", "1", "--config", "profile=smoke",
-                            f"results/smoke/{job}/metrics.json")
+    # Targets before --config, which takes every word after it
+    first = start_snakemake(root, env, f"results/smoke/{job}/metrics.json", "--cores", "1", "--config",
+                            "profile=smoke")
     locks = root / ".snakemake" / "locks"
     deadline = time.monotonic() + 300
     while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    clash = snakemake(root, env, "--cores", "1", "--config", "profile=smoke", f"results/smoke/{job}/metrics.json")
-    second = start_snakemake(root, env, "--cores", "1", "--config", "profile=smoke_b",
-                             f"results/smoke_b/{job}/metrics.json")
+    clash = snakemake(root, env, f"results/smoke/{job}/metrics.json", "--cores", "1", "--config", "profile=smoke")
+    second = start_snakemake(root, env, f"results/smoke_b/{job}/metrics.json", "--cores", "1", "--config",
+                             "profile=smoke_b")
     outputs = [process.communicate(timeout=1800)[0] for process in (first, second)]
     assert [first.returncode, second.returncode] == [0, 0], "\n".join(o[-3000:] for o in outputs)
 
