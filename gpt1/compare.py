@@ -105,8 +105,9 @@ def _setting_pairs(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str],
             yield f"{key[0]}/{key[1]}", (job_settings(a[key].metrics[seed]), job_settings(b[key].metrics[seed]))
 
 
-def pretrain_settings(tree: Path) -> dict[str, Any]:
-    path = tree / "pretrain" / "gpt" / layout.MODEL_JSON
+def pretrain_record_settings(tree: Path) -> dict[str, Any]:
+    """The GPT pre-training's settings as its model.json records them (not config.pretrain_settings: params)."""
+    path = tree / layout.pretrain_dir("gpt") / layout.MODEL_JSON
     if not path.is_file():
         return {}
     meta = read_json(path)
@@ -213,14 +214,14 @@ class Comparison:
 
 
 def _perplexity(tree: Path) -> float | None:
-    path = tree / "pretrain" / "gpt" / "metrics.json"
+    path = tree / layout.pretrain_dir("gpt") / layout.PRETRAIN_METRICS
     return float(read_json(path)["val_perplexity"]) if path.is_file() else None
 
 
 def compare_trees(a: Path, b: Path, alpha: float = 0.05) -> Comparison:
     jobs_a, jobs_b = find_jobs(a), find_jobs(b)
     cells = verdicts(pd.DataFrame(cell_rows(jobs_a, jobs_b)), alpha)
-    settings = settings_table(jobs_a, jobs_b, (pretrain_settings(a), pretrain_settings(b)))
+    settings = settings_table(jobs_a, jobs_b, (pretrain_record_settings(a), pretrain_record_settings(b)))
     return Comparison(cells, settings, (_perplexity(a), _perplexity(b)), alpha)
 
 

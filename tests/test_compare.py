@@ -31,24 +31,16 @@ def results_tree(root: Path, model: Path, tokenizer: Path, *overrides: str) -> P
 
 def small_gpt(tiny_data: TinyData, out: Path) -> Path:
     """A 2-layer, 32-wide GPT on 64-token windows (whole smoke SST-2 sentences), saved as `gpt1 pretrain` saves."""
-    import dataclasses
-
     import torch
 
-    from gpt1.checkpoints import save_weights, weights_metadata
-    from gpt1.files import file_record, write_json
     from gpt1.model import GPT, GPTConfig
     from gpt1.tokenizer import GPT1Tokenizer
+    from tests.test_finetune import save_pretrained
 
     tok = GPT1Tokenizer.load(tiny_data.tokenizer)
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.base_vocab_size, n_ctx=64, n_embd=32, n_layer=2, n_head=2))
-    out.mkdir(parents=True)
-    save_weights(model, out / "model.safetensors", weights_metadata("gpt", model.config, tok.fingerprint(), 0, 0))
-    write_json(out / "model.json", {"kind": "gpt", "config": dataclasses.asdict(model.config),
-                                    "tokenizer_sha256": tok.fingerprint(), "step": 0, "tokens": 0,
-                                    "weights": file_record(out / "model.safetensors")})
-    return out
+    return save_pretrained(model, "gpt", tok, out)
 
 
 @pytest.fixture(scope="module")
