@@ -4,6 +4,7 @@ and a user's shell where nothing is activated."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -78,3 +79,15 @@ def mlflow_server_command(action: str, state: Path, *options: str) -> subprocess
     PostgreSQL."""
     return subprocess.run([*MLFLOW_SERVER, action, str(state), *options], capture_output=True, text=True,
                           timeout=600)
+
+
+# Every output of the smoke pipeline but its logs, as tests/test_workflow.py's run gave them (its
+# test_outputs_equal_the_committed_ones rewrites the file when asked to).
+COMMITTED_DIGESTS = Path(__file__).with_name("fixtures") / "smoke_digests.json"
+
+
+def output_digests(root: Path) -> dict[str, str]:
+    """sha256 of every file of results/smoke but the logs (they hold timings and progress bars)."""
+    results = root / "results" / "smoke"
+    return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}

@@ -161,3 +161,21 @@ def test_a_bad_finetune_dropout_names_its_key():
 def test_a_bad_length_group_names_its_key():
     with pytest.raises(ConfigError, match=r"profiles\.default\.finetune\.length_group_batches: 0"):
         load_config(REPO / "params.yaml", "default", ["finetune.length_group_batches=0"])
+
+
+def test_the_schemas_task_lists_are_the_codes():
+    """params.schema.yaml names the fine-tuning tasks and Table 5's GLUE tasks once each ($defs), as the code does."""
+    from gpt1.config import SCHEMA_PATH
+    from gpt1.metrics import GLUE_COMPONENTS
+    from gpt1.tasks import FINETUNE_TASKS
+
+    defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
+    assert defs["finetune_task"]["enum"] == list(FINETUNE_TASKS)
+    assert sorted(defs["glue_task"]["enum"]) == sorted(GLUE_COMPONENTS)
+
+
+def test_a_task_the_code_does_not_know_is_named_with_the_valid_ones():
+    message = error_of(broken(lambda r: r["profiles"]["smoke"]["finetune"].update(lr_by_task={"sst3": 1e-4})))
+    assert "'sst3' is not one of snli, mnli, qnli" in message
+    message = error_of(broken(lambda r: r.update(ablation_tasks=["rte", "race"])))
+    assert "ablation_tasks.1: 'race' is not one of cola, sst2, mrpc" in message

@@ -17,10 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pipeline_repo import COMMITTED_DIGESTS, SNAKEMAKE, smoke_checkout, user_env
 
-from tests.pipeline_repo import SNAKEMAKE, smoke_checkout, user_env
-
-DIGESTS = json.loads((Path(__file__).with_name("fixtures") / "smoke_digests.json").read_text())
+DIGESTS = json.loads(COMMITTED_DIGESTS.read_text())
 FIRST = "finetune/sst2/pretrained/0"
 AFTER = ("finetune/rte/pretrained/0", "finetune/cola/scratch/0")  # the jobs that meet the full disk
 HEADROOM = 512 * 1024  # what the filler leaves: Snakemake's own bookkeeping fits, a job's outputs and MLflow's don't

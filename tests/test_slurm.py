@@ -1,6 +1,13 @@
 """The smoke pipeline through a real Slurm: workflow/profiles/slurm with snakemake-executor-plugin-slurm, on the
 single-node cluster tools/slurm_cluster.sh brings up on this machine (Debian's munge, slurmctld, slurmd; root).
 
+Mid-run, the GPT pre-training job is requeued (`scontrol requeue`, what Slurm does to a preempted job or one whose
+node failed): Slurm starts it again, it resumes from its last checkpoint, Snakemake on the "login node" waits it out,
+and every output of the pipeline has the bytes of an uninterrupted run (tests/fixtures/smoke_digests.json). To requeue
+it mid-run every time, not when a race allows, the job is held just after its first checkpoint: a sitecustomize
+module (test-only, on PYTHONPATH, which sbatch --export=ALL hands on) sleeps in the audit hook of the second
+checkpoint's first write, once.
+
 Minutes of work, so it runs only when asked for (GPT1_SLURM_TEST=1, see docs/operations.md "Slurm"), and is skipped
 where the plugin is missing or Slurm cannot start.
 """
@@ -14,9 +21,11 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from pipeline_repo import REPO, run, smoke_checkout, user_env
+from pipeline_repo import COMMITTED_DIGESTS, REPO, output_digests, run, smoke_checkout, user_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = REPO / "tools" / "slurm_cluster.sh"
@@ -46,24 +55,82 @@ def slurm_cluster() -> str:
     return "started"
 
 
+# Holds a pre-training process once, just after its first checkpoint is complete (latest.json written), by
+# sleeping in the audit hook of the next checkpoint's first write, until Slurm's SIGTERM ends the sleep. Writes the
+# Slurm job id to $HOLD_MARKER first, so the test knows what to requeue; never again once the marker exists.
+HOLD_AFTER_FIRST_CHECKPOINT = """
+import os, sys, time
+from pathlib import Path
+
+MARKER = os.environ.get("HOLD_MARKER")
+
+
+def hold(event, args):
+    if event != "open" or not MARKER or not isinstance(args[0], str) or "/resume/.state-" not in args[0]:
+        return
+    if Path(MARKER).exists() or not (Path(args[0]).parent / "latest.json").exists():
+        return
+    Path(MARKER).write_text(os.environ.get("SLURM_JOB_ID", "?"))
+    time.sleep(600)
+
+
+sys.addaudithook(hold)
+"""
+
+
+@dataclass
+class SlurmRun:
+    root: Path
+    env: dict[str, str]
+    log: str
+    requeued_job: str
+    requeued_state: str  # `scontrol show job` once Slurm had requeued it (Slurm forgets a job MinJobAge after its end)
+
+
+def requeue_when_held(pipeline: subprocess.Popen, marker: Path) -> tuple[str, str]:
+    """Wait for the held pre-training job, requeue it; its Slurm job id and its state once Slurm restarted it."""
+    deadline = time.monotonic() + 1800
+    while not marker.exists() or not marker.read_text():
+        assert pipeline.poll() is None, f"the pipeline ended before pre-training was held: {pipeline.stdout.read()}"
+        assert time.monotonic() < deadline, "pre-training was not held within 30 min"
+        time.sleep(0.5)
+    job = marker.read_text()
+    subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, text=True)
+    deadline = time.monotonic() + 300
+    while "Restarts=1" not in (state := run(["scontrol", "show", "job", job], marker.parent, os.environ.copy())):
+        assert time.monotonic() < deadline, f"Slurm did not requeue job {job} within 300 s: {state}"
+        time.sleep(0.5)
+    return job, state
+
+
 @pytest.fixture(scope="module")
-def slurm_run(tmp_path_factory):
+def slurm_run(tmp_path_factory) -> SlurmRun:
     slurm_cluster()
     env = user_env()
     root = smoke_checkout(tmp_path_factory.mktemp("slurm"), env, ablation_tasks=["rte"])
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{root}/mlflow.db"  # one node: a file every job reaches
+    hook = tmp_path_factory.mktemp("hold")
+    (hook / "sitecustomize.py").write_text(HOLD_AFTER_FIRST_CHECKPOINT)
+    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{root}/mlflow.db",  # one node: a file every job reaches
+               PYTHONPATH=str(hook), HOLD_MARKER=str(hook / "held"))
     start = time.monotonic()
-    log = run([sys.executable, "-m", "snakemake", *SLURM_ARGS], root, env)
+    pipeline = subprocess.Popen([sys.executable, "-m", "snakemake", *SLURM_ARGS], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        job, state = requeue_when_held(pipeline, hook / "held")
+        log, _ = pipeline.communicate(timeout=3600)
+    finally:
+        pipeline.kill()
+    assert pipeline.returncode == 0, log[-5000:]
     seconds = time.monotonic() - start
-    print(f"\nSlurm smoke run: {seconds:.0f} s")
+    print(f"\nSlurm smoke run: {seconds:.0f} s, pre-training job {job} requeued")
     (root / "slurm_seconds.txt").write_text(f"{seconds:.0f}\n")
-    return root, env, log
+    return SlurmRun(root, env, log, job, state)
 
 
 def test_every_job_ran_as_a_slurm_job(slurm_run):
     """One sbatch job per job of the plan but the two Snakemake runs itself (dvc_commit, all), in the partition the
     command line named."""
-    root, env, log = slurm_run
+    root, env, log = slurm_run.root, slurm_run.env, slurm_run.log
     submitted = [line for line in log.splitlines() if "has been submitted with SLURM jobid" in line]
     total = next(int(line.split()[1]) for line in log.splitlines() if line.startswith("total "))
     assert len(submitted) == total - 2
@@ -71,8 +138,21 @@ def test_every_job_ran_as_a_slurm_job(slurm_run):
     assert "debug" in queue and set(queue[::2]) == {"debug"}
 
 
+def test_the_requeued_pretraining_resumed_and_every_output_has_the_uninterrupted_bytes(slurm_run):
+    """Slurm requeued the GPT pre-training job and ran it again (Restarts=1, checked in the fixture); the second
+    attempt resumed from the checkpoint of step 10; every output of the pipeline (the logs aside) has the
+    committed bytes of a run with no requeue."""
+    assert f"JobId={slurm_run.requeued_job} " in slurm_run.requeued_state
+    assert "Comment=rule_pretrain_wildcards_gpt" in slurm_run.requeued_state
+    pretrain_log = (slurm_run.root / "results/smoke/logs/pretrain-gpt.log").read_text()
+    assert "resuming from the checkpoint at step 10" in pretrain_log
+    digests, committed = output_digests(slurm_run.root), json.loads(COMMITTED_DIGESTS.read_text())
+    assert sorted(digests) == sorted(committed)
+    assert [name for name in committed if committed[name] != digests[name]] == []
+
+
 def test_every_output_is_there_and_up_to_date(slurm_run):
-    root, env, _ = slurm_run
+    root, env = slurm_run.root, slurm_run.env
     assert "Nothing to be done" in run([sys.executable, "-m", "snakemake", "-n", "--cores", "2"], root, env)
     for name in ("tables/table5.md", "tables/summary.json", "metrics.json", "figures/figure2_left.png",
                  "pretrain/gpt/model.safetensors", "finetune/rte/lstm/0/predictions.jsonl"):
@@ -80,7 +160,7 @@ def test_every_output_is_there_and_up_to_date(slurm_run):
 
 
 def test_dvc_recorded_the_slurm_run(slurm_run):
-    root, env, _ = slurm_run
+    root, env = slurm_run.root, slurm_run.env
     status = run([sys.executable, "-m", "dvc", "status", "--json"], root, env)
     assert json.loads(status.strip().splitlines()[-1]) == {}
 
@@ -88,11 +168,14 @@ def test_dvc_recorded_the_slurm_run(slurm_run):
 def test_mlflow_has_every_stage_nested_under_the_report(slurm_run):
     from mlflow.tracking import MlflowClient
 
-    root, _, _ = slurm_run
-    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    client = MlflowClient(f"sqlite:///{slurm_run.root}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("gpt1").experiment_id], max_results=1000)
     tags = [r.data.tags for r in runs]
     assert {t["gpt1.stage"] for t in tags} >= STAGES
-    assert all(r.info.status == "FINISHED" for r in runs)
+    # The requeued attempt's run ends KILLED (Slurm's SIGTERM), its resumption FINISHED and says where it resumed.
+    killed = [r for r in runs if r.info.status == "KILLED"]
+    assert [r.data.tags["gpt1.stage"] for r in killed] == ["pretrain-gpt"]
+    assert all(r.info.status == "FINISHED" for r in runs if r not in killed)
+    assert sorted(t.get("gpt1.resumed_from_step") for t in tags if t["gpt1.stage"] == "pretrain-gpt") == ["0", "10"]
     report = next(r.info.run_id for r in runs if r.data.tags["gpt1.stage"] == "report")
     assert all(t.get("mlflow.parentRunId") == report for t in tags if t["gpt1.stage"] != "report")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline_repo import REPO, commit_all, link_venv, run, smoke_repo
+from pipeline_repo import COMMITTED_DIGESTS, REPO, commit_all, link_venv, output_digests, run, smoke_repo
 
 pytestmark = pytest.mark.slow
 
@@ -15,15 +15,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     return smoke_repo(tmp_path_factory.mktemp("repo"))
-
-
-def output_digests(root: Path) -> dict[str, str]:
-    """sha256 of every file of results/smoke but the logs (they hold timings and progress bars)."""
-    import hashlib
-
-    results = root / "results" / "smoke"
-    return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +39,6 @@ def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, second_s
     assert len(first) > 100 and first.keys() == second.keys()
     differing = [name for name in first if first[name] != second[name]]
     assert differing == [], f"{len(differing)} files differ, e.g. {differing[:12]}"
-
-
-COMMITTED_DIGESTS = Path(__file__).with_name("fixtures") / "smoke_digests.json"
 
 
 def test_outputs_equal_the_committed_ones(smoke_run):

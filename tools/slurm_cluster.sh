@@ -48,6 +48,8 @@ SelectTypeParameters=CR_Core_Memory
 MpiDefault=none
 ReturnToService=2
 MinJobAge=600
+# Jobs run at the nice value of their sbatch: a Snakemake started under nice keeps a test cluster polite.
+PropagatePrioProcess=1
 NodeName=$NODE CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
