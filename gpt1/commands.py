@@ -61,7 +61,7 @@ def register(sub: Any, common: Any) -> None:
                          help="the results tree inside a DVC revision (default: %(default)s)")
     compare.add_argument("--alpha", type=float, default=0.05, help="family-wise level (default: %(default)s)")
     compare.add_argument("--out", type=Path, default=None,
-                         help="write compare.md, compare.html, cells.csv and settings.csv there")
+                         help="write compare.md, compare.html, compare.tex, cells.csv and settings.csv there")
     compare.set_defaults(call=_compare, tool=True)
 
 

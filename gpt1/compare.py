@@ -16,7 +16,7 @@ tokenizer, numerics; pre-training's model.json), not from a params file that may
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,9 @@ def compare_trees(a: Path, b: Path, alpha: float = 0.05) -> Comparison:
     return Comparison(cells, settings, (_perplexity(a), _perplexity(b)), alpha)
 
 
+NUMBERS = ("seeds", "A", "B", "B - A", "examples", "p paired (Holm)", "p seeds (Holm)")  # right-aligned cells
+
+
 def _display(cells: pd.DataFrame) -> pd.DataFrame:
     shown = cells.drop(columns=["same predictions", "p paired", "p seeds"], errors="ignore").copy()
     for column, style in (("A", "{:.1f}"), ("B", "{:.1f}"), ("B - A", "{:+.1f}"), ("p paired (Holm)", "{:.3g}"),
@@ -232,24 +235,53 @@ def _display(cells: pd.DataFrame) -> pd.DataFrame:
         if column in shown:
             shown[column] = shown[column].map(lambda v, style=style: "" if v is None or _nan(v)
                                               else style.format(float(v)))
-    return shown.fillna("")
+    for column in ("seeds", "examples"):  # integers that a missing value made floats
+        if column in shown:
+            shown[column] = shown[column].map(lambda v: "" if v is None or _nan(v) else str(int(v)))
+    return shown.fillna("").astype(str)
 
 
 def render(comparison: Comparison, a: str, b: str) -> dict[str, str]:
-    """compare.md, compare.html and the two CSVs (cells with raw p-values; settings)."""
-    shown = _display(comparison.cells)
+    """compare.md, compare.html and compare.tex (the settings that differ, then the cells, a changed verdict in bold;
+    pandas' tables through gpt1.report.renderers) and the two CSVs (cells with raw p-values; settings)."""
+    from html import escape
+
+    from gpt1.report.renderers import html_page, html_table, latex_tabular, markdown_table, md, tex
+
+    cells, settings = _display(comparison.cells), comparison.settings.astype(str)
+    align, left = "".join("r" if column in NUMBERS else "l" for column in cells.columns), "l" * settings.shape[1]
+    changed = pd.DataFrame({c: cells["verdict"].eq("changed") & (c == "verdict") for c in cells.columns})
     pa, pb = comparison.perplexity
-    ppl = "" if pa is None or pb is None else f"Validation perplexity of the GPT: A {pa:.2f}, B {pb:.2f}.\n\n"
-    settings = (comparison.settings.to_markdown(index=False, disable_numparse=True) if len(comparison.settings)
-                else "(no setting differs in the records)")
-    md = (f"# gpt1 compare\n\nA: `{a}`  \nB: `{b}`\n\n**{comparison.summary()}**\n\n{ppl}"
-          f"## Settings that differ\n\n{settings}\n\n## Cells (B - A, points)\n\n"
-          f"{shown.to_markdown(index=False, disable_numparse=True)}\n")
-    html = (f"<h1>gpt1 compare</h1><p>A: <code>{a}</code><br>B: <code>{b}</code></p><p><b>{comparison.summary()}"
-            f"</b></p><h2>Settings that differ</h2>{comparison.settings.to_html(index=False)}"
-            f"<h2>Cells (B - A, points)</h2>{shown.to_html(index=False)}")
-    return {"compare.md": md, "compare.html": html, "cells.csv": comparison.cells.to_csv(index=False),
-            "settings.csv": comparison.settings.to_csv(index=False)}
+    head = [f"A: {a}", f"B: {b}", comparison.summary()]
+    head += [] if pa is None or pb is None else [f"Validation perplexity of the GPT: A {pa:.2f}, B {pb:.2f}."]
+    none, titles = "(no setting differs in the records)", ("Settings that differ", "Cells (B - A, points)")
+
+    def shown(frame: pd.DataFrame, text: Callable[[str], str]) -> pd.DataFrame:
+        return frame.map(text).rename(columns=text)
+
+    markdown = [
+        markdown_table(shown(settings, md), align=left) if len(settings) else none,
+        markdown_table(shown(cells, md), changed, align),
+    ]
+    html = [
+        html_table(shown(settings, escape), "settings") if len(settings) else f"<p>{none}</p>",
+        html_table(shown(cells, escape), "cells", changed.map(lambda bold: "significant" if bold else "")),
+    ]
+    latex = [
+        latex_tabular(shown(settings, tex), align=left) if len(settings) else tex(none),
+        latex_tabular(shown(cells, tex), changed, align),
+    ]
+    return {
+        "compare.md": "\n\n".join(["# gpt1 compare", f"A: `{a}`  \nB: `{b}`", f"**{md(head[2])}**", *map(md, head[3:]),
+                                    *(f"## {t}\n\n{table}" for t, table in zip(titles, markdown, strict=True))]) + "\n",
+        "compare.html": html_page("gpt1 compare", ["<h1>gpt1 compare</h1>", "<p>" + "<br>".join(map(escape, head)) +
+                                  "</p>", *(f"<h2>{t}</h2>\n{table}" for t, table in zip(titles, html, strict=True))]),
+        "compare.tex": "\n".join(["% Rendered by gpt1 compare (gpt1/compare.py); needs \\usepackage{booktabs}.",
+                                   " \\\\\n".join(map(tex, head)) + r"\par", *(rf"\paragraph{{{tex(t)}}}" + "\n" + table
+                                   for t, table in zip(titles, latex, strict=True))]) + "\n",
+        "cells.csv": comparison.cells.to_csv(index=False),
+        "settings.csv": comparison.settings.to_csv(index=False),
+    }  # fmt: skip
 
 
 __all__ = ["CompareError", "Comparison", "compare_trees", "find_jobs", "holm", "job_settings", "render", "verdicts"]

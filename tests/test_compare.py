@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1.compare import compare_trees, holm, verdicts
+from gpt1.compare import Comparison, compare_trees, holm, render, verdicts
 from tests.conftest import PARAMS, TinyData, gpt1_command, tiny_config
 
 TASK = "sst2"
@@ -94,7 +94,8 @@ def test_cli_writes_the_tables_and_refuses_a_tree_without_results(
                           env=subprocess_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "1 cells: 1 changed" in done.stdout and "| recipe.lr" in done.stdout
-    assert {p.name for p in tmp_path.iterdir()} == {"compare.md", "compare.html", "cells.csv", "settings.csv"}
+    assert {p.name for p in tmp_path.iterdir()} == {"compare.md", "compare.html", "compare.tex", "cells.csv",
+                                                    "settings.csv"}
     assert "<table" in (tmp_path / "compare.html").read_text()
 
     empty = subprocess.run(gpt1_command("compare", str(tmp_path), str(trees["base"])), env=subprocess_env,
@@ -117,3 +118,32 @@ def test_a_cell_changes_only_when_every_test_it_has_agrees() -> None:
         {"p paired": 1.0, "p seeds": 1.0, "same predictions": True},
     ])  # fmt: skip
     assert list(verdicts(cells, 0.05)["verdict"]) == ["within noise", "changed", "changed", "same predictions"]
+
+
+def test_the_tables_render_through_pandas_with_a_changed_verdict_in_bold() -> None:
+    cells = verdicts(pd.DataFrame([
+        {"task": "sst2", "variant": "pretrained", "report": "sst2", "metric": "accuracy", "seeds": 3, "A": 50.0,
+         "B": 90.0, "B - A": 40.0, "p paired": 0.001, "examples": 192, "p seeds": 0.01, "same predictions": False},
+        {"task": "rte", "variant": "lstm", "report": "rte", "metric": "accuracy", "seeds": 1, "A": 50.0, "B": 51.0,
+         "B - A": 1.0, "p paired": 0.6, "examples": 40, "p seeds": None, "same predictions": False},
+        {"task": "cola", "variant": "no_aux", "report": "", "metric": "", "verdict": "only in A"},
+    ]), 0.05)  # fmt: skip
+    settings = pd.DataFrame([{"setting": "recipe.lr", "A": "0.002", "B": "0.001", "where": "sst2/pretrained"}])
+    files = render(Comparison(cells, settings, (120.5, 110.25), 0.05), "results/a_b", "rev:HEAD")
+    md = files["compare.md"]
+    assert "**3 cells: 1 changed, 1 only in A, 1 within noise (Holm-adjusted, alpha 0.05)**" in md
+    assert ("| sst2   | pretrained | sst2     | accuracy |       3 | 50.0 | 90.0 |   +40.0 |        192 | **changed**  "
+            "|             0.002 |             0.01 |") in md  # texts left, numbers right
+    assert "| cola   | no_aux     |" in md and "Validation perplexity of the GPT: A 120.50, B 110.25." in md
+    tex = files["compare.tex"]
+    assert r"\begin{tabular}{llllrrrrrlrr}" in tex and r"\toprule" in tex and r"\bottomrule" in tex
+    assert r"accuracy & 3 & 50.0 & 90.0 & +40.0 & 192 & \textbf{changed} & 0.002 & 0.01" in tex
+    assert r"A: results/a\_b \\" in tex and r"recipe.lr & 0.002 & 0.001 & sst2/pretrained \\" in tex
+    page = files["compare.html"]
+    assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
+    assert 'col9 significant" >changed</td>' in page and page.count("significant\" >") == 1
+    assert "<td class=\"data row0 col0\" >recipe.lr</td>" in page
+    no_setting = render(Comparison(cells, settings.iloc[:0], (None, None), 0.05), "a", "b")
+    assert "(no setting differs in the records)" in no_setting["compare.md"]
+    assert "perplexity" not in no_setting["compare.md"]
+    assert "<table id=\"T_settings\">" not in no_setting["compare.html"]

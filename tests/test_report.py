@@ -191,6 +191,12 @@ def write_everything(results: Path, cfg: Config) -> None:
     write_analyses(results, tuple(root["seeds"]))
 
 
+def markdown_rows(markdown: str) -> list[list[str]]:
+    """The rows of every pipe table in a Markdown text, each cell stripped of the padding that aligns the columns."""
+    rows = [line.strip("|").split(" | ") for line in markdown.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
 def cells(out: Path, table: str) -> dict[tuple[str, str], dict[str, str]]:
     """table.csv as {(method, column): row}."""
     rows = csv.DictReader(io.StringIO((out / "tables" / f"{table}.csv").read_text()))
@@ -231,7 +237,9 @@ def test_table5_keeps_the_paper_average_and_footnotes_the_lstm_discrepancy(tmp_p
     assert "69.1625" in lstm and "69.2 when rounded" in lstm and "prints Avg 69.1" in lstm
     assert table[("paper: Transformer w/ aux LM (full)", "avg")]["notes"] == ""  # consistent: no footnote
     markdown = (tmp_path / "out" / "tables" / "table5.md").read_text()
-    assert "| paper: LSTM w/ aux LM | 30.3 | 90.5 | 83.2 | 71.8 | 68.1 | 73.7 | 81.1 | 54.6 | 69.1 [" in markdown
+    lstm_row = next(row for row in markdown_rows(markdown) if row[0] == "paper: LSTM w/ aux LM")
+    assert lstm_row[:-1] == ["paper: LSTM w/ aux LM", "30.3", "90.5", "83.2", "71.8", "68.1", "73.7", "81.1", "54.6"]
+    assert lstm_row[-1].startswith("69.1 [")
 
 
 # ---------------------------------------------------------------------------------------------------- cells
@@ -387,7 +395,9 @@ def test_footnotes_name_the_split_the_cut_and_the_glue_server(tmp_path: Path) ->
     assert "mnli_m: evaluated on validation_matched[80%:100%]" in table5 and "the paper:" not in table5  # dev sets
     latex = (out / "tables" / "table2.tex").read_text()
     assert r"validation\_matched[80\%:100\%]" in latex and r"\begin{tabular}" in latex
-    ours = next(line for line in latex.splitlines() if line.startswith(r"\textit{ours (pretrained)}"))
+    lines = latex.splitlines()
+    ours = next(line for line in lines if line.startswith(r"\textit{ours (pretrained)}"))
+    assert lines[lines.index(ours) - 1] == r"\midrule"  # a rule between the paper's rows and ours
     assert r"(paper 82.1, $\Delta$ " in ours and r"$\pm$" not in ours  # one seed: no spread
 
 
@@ -532,6 +542,10 @@ def test_every_output_is_written_and_summary_holds_numbers_only(tmp_path: Path) 
     assert written == sorted(declared_outputs(out))  # no temporary names left behind
     for table in layout.REPORT_TABLES:
         assert (out / "tables" / f"{table}.md").read_text().startswith("# Table")
+        grid = (out / "tables" / f"{table}.md").read_text().split("\n\n")[1].splitlines()  # the table itself
+        assert len(grid) > 4 and all(line.startswith("| ") for line in grid[2:]), table
+        assert len({len(line) for line in grid}) == 1, table  # pandas aligns the columns
+        assert grid[1].startswith("|:--") and grid[1].endswith("-:|")  # the method left, the numbers right
         assert r"\toprule" in (out / "tables" / f"{table}.tex").read_text()
         assert "—" not in (out / "tables" / f"{table}.md").read_text().split("Footnotes")[0]
     for name in FIGURES:
@@ -571,6 +585,9 @@ def test_html_tables_hold_every_cell_of_the_csv_for_the_snakemake_report(tmp_pat
     cfg = config(seeds=[0, 1])
     write_everything(results, cfg)
     render_report(cfg, results, out)
+    page = (out / "tables" / "table2.html").read_text()
+    assert page.count('ours" >') == 2 * 7 and page.count('paper" >') == 7 * 7  # our rows highlighted, by class
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
     for table in layout.REPORT_TABLES:
         parser = Cells()
         parser.feed((out / "tables" / f"{table}.html").read_text())
@@ -757,7 +774,11 @@ def test_table5_tests_the_full_model_against_each_ablation_on_paired_predictions
     assert test["source"] == "paired_test" and float(test["value_exact"]) == pytest.approx(50.0)
     assert float(test["p_value"]) < 0.01 and test["examples"] == "40"
     markdown = (out / "tables" / "table5.md").read_text()
-    assert "| full vs LSTM w/ aux LM |" in markdown and "+50.0 (p 0.00" in markdown
+    tested = next(row for row in markdown_rows(markdown) if row[0] == "full vs LSTM w/ aux LM")
+    assert tested[-1].startswith("**+50.0 (p 0.00") and tested[-1].endswith(")**")  # p < 0.05: bold
+    assert all(text == "" for text in tested[1:-1])
+    assert r"\textbf{+50.0 (p 0.00" in (out / "tables" / "table5.tex").read_text()
+    assert 'col8 significant" >+50.0 (p 0.00' in (out / "tables" / "table5.html").read_text()  # RTE's column
     # no predictions for the other pairs: said, not invented
     assert "RTE (acc): full vs no_aux not tested" in markdown and "CoLA (mc): full vs lstm not tested" in markdown
 

@@ -15,7 +15,7 @@ Modules, each importing only those above it:
   numbers     rounding half up as the paper prints, exact means of printed numbers
   inputs      the plan (params.yaml's lists), gaps, reading and verifying the pipeline's outputs
   tables      the table model: paper.yaml's tables, our cells beside them, Table 5's paired tests
-  renderers   a table as Markdown, LaTeX, CSV and HTML
+  renderers   a table as Markdown, LaTeX, CSV and HTML: its cells as pandas DataFrames, rendered by pandas
   figures     Figure 2 and the pre-training curves
   stage       the summary, writing every output together, `report_stage` and its MLflow run
 """
