@@ -88,16 +88,11 @@ def _trained_with(model_arg: str, meta: dict[str, Any]) -> str | None:
 def load_sampler(model_arg: str, tokenizer_dir: Path | None, device: str) -> tuple[Any, Any]:
     """(model, tokenizer) checked to belong together, before any text is drawn."""
     from gpt1.checkpoints import load_pretrained
+    from gpt1.sampling import check_pair
 
     model, meta = load_pretrained(model_arg)
     tokenizer, where = _tokenizer_for(model_arg, tokenizer_dir, meta)
-    trained = _trained_with(model_arg, meta)
-    if trained is not None and trained != tokenizer.fingerprint():
-        raise Gpt1Error(f"{where}: not the tokenizer {model_arg} was trained with (sha256 {trained[:12]}..., this "
-                        f"one {tokenizer.fingerprint()[:12]}...); pass the bpe folder of the same results tree")
-    if model.config.vocab_size < tokenizer.base_vocab_size:
-        raise Gpt1Error(f"{where}: {tokenizer.base_vocab_size} tokens, more than the {model.config.vocab_size} rows "
-                        f"of {model_arg}; pass the bpe folder the model was trained with")
+    check_pair(model, _trained_with(model_arg, meta), tokenizer, model_arg, where)
     return model.to(device), tokenizer
 
 

@@ -229,6 +229,11 @@ def check_semantics(root: dict[str, Any]) -> None:
         for kind in (None, *(prof["pretrain"].get("by_model") or {})):
             _check_batches(prof["pretrain"], kind, f"profiles.{name}.pretrain")
         _check_pinned(prof, name)
+        snapshots = prof["pretrain"]["snapshots"]
+        for index in prof["samples"]["snapshots"]:
+            if not -snapshots <= index < snapshots:
+                raise ConfigError(f"profiles.{name}.samples.snapshots: {index} is no snapshot of pretrain.snapshots="
+                                  f"{snapshots}; give indices from {-snapshots} to {snapshots - 1} (-1: the last)")
         bpe, dtype = prof["bpe"], prof["encode"]["dtype"]
         # Upper bound of the vocabulary: specials, each base character alone and with </w>, one token per merge.
         bound = N_SPECIAL_TOKENS + 2 * bpe["limit_alphabet"] + bpe["merges"]

@@ -15,7 +15,7 @@ from gpt1 import numerics
 from gpt1.errors import ConfigError, UsageError
 
 POOL_STAGES = frozenset({"clean", "bpe", "encode"})
-TORCH_STAGES = frozenset({"pretrain", "finetune", "layers", "zeroshot"})
+TORCH_STAGES = frozenset({"pretrain", "finetune", "layers", "zeroshot", "report"})  # report: its page of samples
 TORCH_TOOLS = frozenset({"sample"})  # gpt1.commands: no stage, but a model run as one is (pinned, threads)
 WORKERS_ENV = ("GPT1_WORKERS", "OMP_NUM_THREADS")  # Snakemake sets OMP_NUM_THREADS to a job's threads
 

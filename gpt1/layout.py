@@ -106,6 +106,8 @@ TABLE_FORMATS = ("md", "tex", "csv", "html")
 REPORT_FIGURES = ("figure2_left", "figure2_right", "pretraining")
 FIGURE_FORMATS = ("png", "svg")
 SUMMARY = "summary.json"  # in tables/: every number
+SAMPLES = "samples"  # in tables/: the page of what the GPT writes at a few of its pre-training snapshots
+SAMPLES_FORMATS = ("md", "html")
 METRICS = "metrics.json"  # in results/<profile>/ itself: the curated few numbers DVC's metrics show
 
 DVC_COMMIT_FLAG = "dvc_commit.done"  # Snakemake's dvc_commit rule (not a DVC output)
@@ -171,7 +173,8 @@ def report_outputs() -> list[str]:
     """In the order the report writes them."""
     tables = [table(name, fmt) for name in REPORT_TABLES for fmt in TABLE_FORMATS]
     figures = [figure(name, fmt) for name in REPORT_FIGURES for fmt in FIGURE_FORMATS]
-    return [*tables, f"{TABLES}/{SUMMARY}", METRICS, *figures]
+    samples = [table(SAMPLES, fmt) for fmt in SAMPLES_FORMATS]
+    return [*tables, f"{TABLES}/{SUMMARY}", *samples, METRICS, *figures]
 
 
 # Each stage of dvc.yaml (a rule of the same name in Snakemake) and the files it declares, given its fan-out values.

@@ -34,8 +34,9 @@ RERUN_SETTINGS: dict[str, tuple[str, ...]] = {
     "ablation_lstm": FINETUNE,
     "zeroshot": ("profile.cpu", "profile.zeroshot", "zeroshot_reference", "data_mirror"),
     "layers": ("profile.cpu", "profile.layers", "profile.finetune"),
+    # the lists of what to read; the page of samples: its settings, and the numerics its model computes with
     "report": ("finetune_tasks", "finetune_variants", "seeds", "pretrain_models", "ablation_tasks",
-               "layer_transfer_tasks"),
+               "layer_transfer_tasks", "profile.cpu", "profile.samples"),
 }
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from gpt1.errors import UsageError
+from gpt1.errors import Gpt1Error, UsageError
 from gpt1.tokenizer import GPT1Tokenizer
 
 
@@ -31,6 +31,20 @@ class SampleSettings:
             raise UsageError(f"--temperature {self.temperature}: give 0 (greedy) or more")
         if self.top_k is not None and self.top_k < 0:
             raise UsageError(f"--top-k {self.top_k}: give 0 (no cut) or more")
+
+
+def check_pair(model: nn.Module, trained_with: str | None, tokenizer: GPT1Tokenizer, model_where: str,
+               tokenizer_where: str) -> None:
+    """Refuse, before any text is drawn, a tokenizer that is not the one the model was trained with (`trained_with`:
+    its sha256, as the model's metadata records it; None: unknown) or that has more tokens than the model rows."""
+    if trained_with is not None and trained_with != tokenizer.fingerprint():
+        raise Gpt1Error(f"{tokenizer_where}: not the tokenizer {model_where} was trained with (sha256 "
+                        f"{trained_with[:12]}..., this one {tokenizer.fingerprint()[:12]}...); pass the bpe folder of "
+                        f"the same results tree")
+    if model.config.vocab_size < tokenizer.base_vocab_size:
+        raise Gpt1Error(f"{tokenizer_where}: {tokenizer.base_vocab_size} tokens, more than the "
+                        f"{model.config.vocab_size} rows of {model_where}; pass the bpe folder the model was trained "
+                        f"with")
 
 
 def context_size(model: nn.Module) -> int | None:
@@ -78,4 +92,4 @@ def sample_text(model: nn.Module, tokenizer: GPT1Tokenizer, prompt: str, setting
     return tokenizer.decode(ids + new)
 
 
-__all__ = ["SampleSettings", "context_size", "generate", "next_token", "sample_text"]
+__all__ = ["SampleSettings", "check_pair", "context_size", "generate", "next_token", "sample_text"]

@@ -56,11 +56,11 @@ def test_bad_workers(capsys):
 def test_workers_only_where_a_stage_uses_them(capsys):
     """A pool for clean, bpe and encode; torch threads for the model stages; no flag that a stage would ignore."""
     stages = build_parser()._subparsers._group_actions[0].choices
-    for stage in ("fetch", "encode-task", "report", "export", "config"):
+    for stage in ("fetch", "encode-task", "export", "config"):
         assert "--workers" not in stages[stage].format_help()
     for stage in ("clean", "bpe", "encode"):
         assert "processes to use" in stages[stage].format_help()
-    for stage in ("pretrain", "finetune", "layers", "zeroshot"):
+    for stage in ("pretrain", "finetune", "layers", "zeroshot", "report"):  # the report: its page of samples
         assert "torch threads when the profile is not pinned" in stages[stage].format_help()
     with pytest.raises(SystemExit):
         main(["fetch", "--out", "x", "--workers", "2"])

@@ -189,3 +189,14 @@ def test_a_task_the_code_does_not_know_is_named_with_the_valid_ones():
     assert "'sst3' is not one of snli, mnli, qnli" in message
     message = error_of(broken(lambda r: r.update(ablation_tasks=["rte", "race"])))
     assert "ablation_tasks.1: 'race' is not one of cola, sst2, mrpc" in message
+
+
+def test_a_sample_snapshot_beyond_the_profiles_snapshots_names_the_key():
+    cfg = load_config(REPO / "params.yaml", "smoke", ["samples.snapshots=[0, -4, 3]"])  # smoke: 4 snapshots
+    assert cfg.p["samples"]["snapshots"] == [0, -4, 3]
+    for bad in ("4", "-5"):
+        with pytest.raises(ConfigError, match=rf"profiles\.smoke\.samples\.snapshots: {bad} is no snapshot of "
+                                              rf"pretrain\.snapshots=4; give indices from -4 to 3"):
+            load_config(REPO / "params.yaml", "smoke", [f"samples.snapshots=[0, {bad}]"])
+    with pytest.raises(ConfigError, match=r"samples\.prompts"):
+        load_config(REPO / "params.yaml", "smoke", ["samples.prompts=[]"])

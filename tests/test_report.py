@@ -866,3 +866,69 @@ def test_a_renamed_or_undeclared_key_fails_where_the_record_is_written(tmp_path:
     write_sealed_json(path, data)
     with pytest.raises(records.RecordError, match=f"{path}: {message}.*re-run the finetune stage"):
         records.read(record, path)
+
+
+# ---------------------------------------------------------------------------------------------------- samples
+
+
+SAMPLES = {"snapshots": [0, -1], "prompts": ["Once upon a time", "Kemi mended the"], "length": 12,
+           "temperature": 1.0, "top_k": 40, "seed": 3}
+
+
+def samples_tree(results: Path, trained_gpt: Path, tokenizer: Path) -> Path:
+    """results/pretrain/gpt and results/tokenizer as the pipeline lays them out (a finished tiny pre-training)."""
+    import shutil
+
+    shutil.copytree(trained_gpt, results / layout.pretrain_dir("gpt"))
+    shutil.copytree(tokenizer, results / layout.TOKENIZER)
+    return results
+
+
+def samples_page(results: Path, out: Path, **settings: Any) -> tuple[str, str]:
+    from gpt1.report.stage import write_report
+
+    report = build_report(Plan.from_params(config().root), results, samples={**SAMPLES, **settings})
+    write_report(report, out)
+    return tuple((out / layout.table(layout.SAMPLES, fmt)).read_text() for fmt in ("md", "html"))
+
+
+def test_the_page_of_samples_holds_one_block_per_chosen_snapshot_drawn_by_gpt1_sampling(
+        tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
+    from html import unescape
+
+    from gpt1.checkpoints import iter_snapshots, load_pretrained
+    from gpt1.sampling import SampleSettings, sample_text
+    from gpt1.tokenizer import GPT1Tokenizer
+
+    results = samples_tree(tmp_path / "results", trained_gpt, tiny_data.tokenizer)
+    md, page = samples_page(results, tmp_path / "a")
+    snapshots = list(iter_snapshots(trained_gpt))
+    first, last = snapshots[0][0], snapshots[-1][0]
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert len(snapshots) == 3 and headings == [
+        f"## Snapshot 0: after {first['step']} update{'s' * (first['step'] != 1)} ({first['tokens']:,} tokens), "
+        f"validation loss {first['val_loss']:.2f} (perplexity {math.exp(first['val_loss']):,.1f})",
+        f"## Snapshot 2: after {last['step']} updates ({last['tokens']:,} tokens), validation loss "
+        f"{last['val_loss']:.2f} (perplexity {math.exp(last['val_loss']):,.1f})"]  # the first and the last, in order
+    assert md.count("```text") == 2 * 2 and md.count("Prompt: “Kemi mended the”") == 2
+    assert "--length 12 --temperature 1 --top-k 40 --seed 3` writes the same text" in md
+    # each block is the text gpt1.sampling draws from that snapshot (what `gpt1 sample` prints)
+    tokenizer = GPT1Tokenizer.load(tiny_data.tokenizer)
+    drawn = [sample_text(load_pretrained(snapshots[i][1])[0], tokenizer, prompt, SampleSettings(12, 1.0, 40, 3))
+             for i in (0, 2) for prompt in SAMPLES["prompts"]]
+    assert [unescape(block.split("</pre>")[0]) for block in page.split("<pre>")[1:]] == drawn
+    assert drawn[0] != drawn[2]  # the first snapshot and the last write other text
+    # the same seed: the same page; another seed: other text; a snapshot given twice, or as -1 and 2: once
+    assert samples_page(results, tmp_path / "b", snapshots=[-1, 0, 2]) == (md, page)
+    assert samples_page(results, tmp_path / "c", seed=4)[0] != md
+
+
+def test_the_page_of_samples_says_what_is_missing_and_refuses_a_snapshot_that_is_not_there(
+        tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
+    md, page = samples_page(tmp_path / "empty", tmp_path / "a")
+    index = tmp_path / "empty" / "pretrain" / "gpt" / "snapshots" / "index.json"
+    assert f"- {index}: missing; not produced yet (run gpt1 pretrain --model gpt)" in md and str(index) in page
+    results = samples_tree(tmp_path / "results", trained_gpt, tiny_data.tokenizer)
+    with pytest.raises(ReportError, match=r"samples\.snapshots: 3, but .*index\.json holds 3 snapshots; give "
+                                          r"indices from -3 to 2"):
+        samples_page(results, tmp_path / "b", snapshots=[0, 3])

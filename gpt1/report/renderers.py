@@ -108,7 +108,7 @@ def to_markdown(table: Table) -> str:
         tests, significant = test_frames(table)
         bold = significant.reset_index().assign(Comparison=False)
         lines += ["", markdown_table(tests.map(md).rename(index=md, columns=md).reset_index(), bold)]
-    lines += [f"- {md(line)}" for line in table.untested]
+    lines += [""] * bool(table.untested) + [f"- {md(line)}" for line in table.untested]  # a list after the table
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,5 @@
-"""`gpt1 report`: read every input, build the tables, the summary and the figures, write them all together, and
-make the report's MLflow run the parent of this pipeline invocation's runs."""
+"""`gpt1 report`: read every input, build the tables, the summary, the page of samples and the figures, write them
+all together, and make the report's MLflow run the parent of this pipeline invocation's runs."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from gpt1.report.inputs import (
     mixed_numerics,
 )
 from gpt1.report.renderers import RENDERERS
+from gpt1.report.samples import RENDERERS as SAMPLE_RENDERERS
+from gpt1.report.samples import Samples, draw_samples, no_samples
 from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
 
 PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
@@ -127,6 +129,7 @@ class ReportContents:
     analyses: Analyses
     finetuned: Finetuned
     summary: dict[str, float]
+    samples: Samples  # the page of what the GPT writes at a few pre-training snapshots
 
     @property
     def gaps(self) -> list[Gap]:
@@ -135,13 +138,17 @@ class ReportContents:
         ]
 
 
-def build_report(plan: Plan, results_dir: Path, paper: Mapping[str, Any] | None = None) -> ReportContents:
-    """Read and validate every input, build every table; nothing is written (a malformed input fails here)."""
+def build_report(plan: Plan, results_dir: Path, paper: Mapping[str, Any] | None = None,
+                 samples: Mapping[str, Any] | None = None) -> ReportContents:
+    """Read and validate every input, build every table and, with `samples` (the profile's samples section), draw
+    the page of samples; nothing is written (a malformed input fails here)."""
     paper = paper or load_paper()
     finetuned = collect_finetune(results_dir, plan, finetune_pairs(paper))
     analyses = collect_analyses(results_dir, plan)
     tables = build_tables(paper, finetuned, plan, results_dir)
-    report = ReportContents(tables, analyses, finetuned, {})
+    drawn = (no_samples("no samples settings were given") if samples is None else
+             draw_samples(samples, results_dir / layout.pretrain_dir("gpt"), results_dir / layout.TOKENIZER))
+    report = ReportContents(tables, analyses, finetuned, {}, drawn)
     report.summary = build_summary(tables, analyses, len(report.gaps))
     return report
 
@@ -160,6 +167,8 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
             for fmt, render in RENDERERS.items():
                 temp_of[out_dir / layout.table(table.name, fmt)].write_text(render(table), encoding="utf-8")
         write_json(temp_of[out_dir / layout.TABLES / layout.SUMMARY], report.summary)
+        for fmt, render in SAMPLE_RENDERERS.items():
+            temp_of[out_dir / layout.table(layout.SAMPLES, fmt)].write_text(render(report.samples), encoding="utf-8")
         write_json(temp_of[out_dir / layout.METRICS], curated_metrics(report.summary), sort_keys=False)
         for name, build in FIGURE_BUILDERS.items():
             figure = build(report.analyses)
@@ -170,7 +179,7 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
 
 def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> ReportContents:
     """The stage without MLflow: read RESULTS for cfg's lists, write OUT/tables and OUT/figures."""
-    report = build_report(Plan.from_params(cfg.root), Path(results_dir))
+    report = build_report(Plan.from_params(cfg.root), Path(results_dir), samples=cfg.section("samples"))
     write_report(report, Path(out_dir))
     return report
 
@@ -241,13 +250,15 @@ def report_run_name() -> str:
 
 
 def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
-    """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV), summary.json and the figures under OUT, written together;
-    one MLflow run holding them as artifacts, made the parent of this pipeline invocation's runs."""
+    """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV, HTML), summary.json, the page of samples and the figures under
+    OUT, written together; one MLflow run holding them as artifacts, made the parent of this pipeline invocation's
+    runs."""
     from gpt1.tracking import stage_run, ui_url
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     plan = Plan.from_params(cfg.root)
-    report = build_report(plan, results_dir)  # malformed inputs fail before a run is opened or a file written
+    # malformed inputs fail before a run is opened or a file written
+    report = build_report(plan, results_dir, samples=cfg.section("samples"))
     for note in gap_notes(report.gaps):
         print(f"report: gap: {note}")
     mixed = mixed_numerics(report.finetuned)

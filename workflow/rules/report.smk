@@ -15,6 +15,10 @@ rule report:
             for model in PRETRAINED
             for name in (layout.PRETRAIN_CURVES, layout.PRETRAIN_METRICS)
         ],
+        # the page of samples: the GPT's snapshots continue the prompts of params.yaml's samples, through its tokenizer
+        snapshots=out(layout.pretrain_dir("gpt"), layout.SNAPSHOTS),
+        tokenizer=out(layout.TOKENIZER, layout.TOKENIZER_FILE),
+        meta=out(layout.TOKENIZER, layout.TOKENIZER_META),
     output:
         # the report shows HTML inline (a CSV would only be a download)
         tables=[
@@ -23,6 +27,10 @@ rule report:
         ],
         markdown=[out(layout.table(t, fmt)) for t in TABLES for fmt in layout.TABLE_FORMATS if fmt != "html"],
         summary=out(layout.TABLES, layout.SUMMARY),
+        samples=[
+            report(out(layout.table(layout.SAMPLES, "html")), caption="../report/samples.rst", category="Samples"),
+            out(layout.table(layout.SAMPLES, "md")),
+        ],
         # the curated few numbers per stage: `dvc metrics show` and `dvc exp show` print them
         metrics=out(layout.METRICS),
         figures=[
@@ -36,6 +44,7 @@ rule report:
         log_file("report"),
     conda:
         ENV
+    threads: FANOUT_THREADS  # the page of samples runs the GPT (pinned: cpu.threads)
     params:
         profile=PROFILE,
         settings=settings("report"),
