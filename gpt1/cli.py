@@ -117,7 +117,7 @@ def _zeroshot(cfg, a) -> None:
 
 
 def _report(cfg, a) -> None:
-    from gpt1.report import report_stage
+    from gpt1.report.stage import report_stage
 
     report_stage(cfg, a.results, a.out)
 

@@ -26,7 +26,8 @@ import pandas as pd
 from gpt1 import layout, records
 from gpt1.errors import Gpt1Error, ReportError
 from gpt1.files import read_json
-from gpt1.significance import Key, Prediction, column_test, read_predictions
+from gpt1.report.inputs import verified_predictions
+from gpt1.significance import Key, Prediction, column_test
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
 NOISE = ("content_sha256", "files", "source", "sha256_of_files")  # provenance, not settings
@@ -47,7 +48,8 @@ class Job:
 
 
 def find_jobs(tree: Path) -> dict[tuple[str, str], Job]:
-    """Every fine-tuning job of a results tree (finetune/<task>/<variant>/<seed>/metrics.json), by (task, variant)."""
+    """Every fine-tuning job of a results tree (finetune/<task>/<variant>/<seed>/metrics.json), by (task, variant);
+    predictions are checked against the size and sha256 their metrics.json records, as the report checks them."""
     if not tree.is_dir():
         raise CompareError(f"{tree}: no such folder; give a results tree such as results/default")
     found: dict[tuple[str, str], dict[int, Path]] = {}
@@ -61,7 +63,7 @@ def find_jobs(tree: Path) -> dict[tuple[str, str], Job]:
     jobs = {}
     for (task, variant), paths in found.items():
         metrics = {seed: records.read("finetune_metrics", path, ReportError) for seed, path in paths.items()}
-        predictions = {seed: read_predictions(path.with_name(layout.PREDICTIONS)) for seed, path in paths.items()
+        predictions = {seed: verified_predictions(path.with_name(layout.PREDICTIONS)) for seed, path in paths.items()
                        if path.with_name(layout.PREDICTIONS).is_file()}
         jobs[(task, variant)] = Job(task, variant, metrics, predictions)
     return jobs

@@ -105,6 +105,23 @@ def test_cli_writes_the_tables_and_refuses_a_tree_without_results(
     assert str(PARAMS)  # the command needs no params file: it reads the records
 
 
+def test_predictions_not_those_their_metrics_record_are_refused(trees: dict[str, Path], tmp_path: Path) -> None:
+    """Predictions are checked against the size and sha256 in the metrics.json beside them before any test uses them."""
+    import shutil
+
+    from gpt1.errors import ReportError
+
+    tree = Path(shutil.copytree(trees["base"], tmp_path / "tampered"))
+    predictions = tree / "finetune" / TASK / "pretrained" / "1" / "predictions.jsonl"
+    lines = predictions.read_text().splitlines(keepends=True)
+    predictions.write_text("".join(lines[:-1]))  # one prediction lost
+    with pytest.raises(ReportError, match=r"1/predictions\.jsonl: \d+ bytes, but .*metrics\.json records \d+"):
+        compare_trees(trees["base"], tree)
+    predictions.write_text("".join(lines).replace('"label": 1', '"label": 0', 1))  # same size, other bytes
+    with pytest.raises(ReportError, match=r"predictions\.jsonl: sha256 differs"):
+        compare_trees(trees["base"], tree)
+
+
 def test_holm_adjusts_step_down_and_stays_monotone() -> None:
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5]) == [0.5]
