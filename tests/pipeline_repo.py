@@ -5,6 +5,7 @@ and a user's shell where nothing is activated."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -91,3 +92,12 @@ def output_digests(root: Path) -> dict[str, str]:
     results = root / "results" / "smoke"
     return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}
+
+
+def outputs_not_committed(root: Path, job: str = "") -> list[str]:
+    """The outputs of results/smoke (under `job`, e.g. finetune/sst2/pretrained/0, if given) whose bytes are not
+    those committed, and those only one side has: [] is the proof that a run computed what a clean run computes."""
+    prefix = f"{job}/" if job else ""
+    found = {k: v for k, v in output_digests(root).items() if k.startswith(prefix)}
+    committed = {k: v for k, v in json.loads(COMMITTED_DIGESTS.read_text()).items() if k.startswith(prefix)}
+    return sorted(name for name in found.keys() | committed.keys() if found.get(name) != committed.get(name))
