@@ -911,7 +911,12 @@ def test_the_page_of_samples_holds_one_block_per_chosen_snapshot_drawn_by_gpt1_s
         f"## Snapshot 2: after {last['step']} updates ({last['tokens']:,} tokens), validation loss "
         f"{last['val_loss']:.2f} (perplexity {math.exp(last['val_loss']):,.1f})"]  # the first and the last, in order
     assert md.count("```text") == 2 * 2 and md.count("Prompt: “Kemi mended the”") == 2
-    assert "--length 12 --temperature 1 --top-k 40 --seed 3` writes the same text" in md
+    # the command that writes the last snapshot's first text again, and each snapshot's file under its heading
+    paths = [str(path) for _, path in iter_snapshots(results / layout.pretrain_dir("gpt"))]
+    assert (f"`gpt1 sample --model {paths[2]} --tokenizer {results / layout.TOKENIZER} --prompt \"Once upon a time\" "
+            f"--length 12 --temperature 1 --top-k 40 --seed 3` writes the last one's first text again") in md
+    assert [line for line in md.splitlines() if line.startswith("`") and line.endswith(".safetensors`")] == [
+        f"`{paths[0]}`", f"`{paths[2]}`"]
     # each block is the text gpt1.sampling draws from that snapshot (what `gpt1 sample` prints)
     tokenizer = GPT1Tokenizer.load(tiny_data.tokenizer)
     drawn = [sample_text(load_pretrained(snapshots[i][1])[0], tokenizer, prompt, SampleSettings(12, 1.0, 40, 3))

@@ -39,6 +39,7 @@ class Snapshot:
     tokens: int
     val_loss: float | None
     texts: tuple[tuple[str, str], ...]  # (prompt, the prompt and its continuation, decoded together)
+    path: str = ""  # its weights file, as `gpt1 sample --model` takes it
 
     def heading(self) -> str:
         updates = f"{self.step:,} update{'s' * (self.step != 1)}"
@@ -56,6 +57,7 @@ class Samples:
     snapshots: list[Snapshot] = field(default_factory=list)
     missing: list[Gap] = field(default_factory=list)  # why there are none
     numerics: str | None = None  # what the samples were computed with (gpt1.numerics)
+    tokenizer: str = ""  # the tokenizer folder, as `gpt1 sample --tokenizer` takes it
 
 
 def chosen(count: int, wanted: Sequence[int], where: Path) -> list[int]:
@@ -97,8 +99,9 @@ def draw_samples(settings: Mapping[str, Any], pretrain_dir: Path, tokenizer_dir:
         check_pair(model, meta.get("tokenizer_sha256"), tokenizer, str(path), str(tokenizer_dir))
         note_upstream(numerics, meta.get("numerics"), str(path))
         texts = tuple((prompt, sample_text(model, tokenizer, prompt, draw)) for prompt in settings["prompts"])
-        snapshots.append(Snapshot(entry["index"], entry["step"], entry["tokens"], entry.get("val_loss"), texts))
-    return Samples(settings, snapshots, numerics=numerics.describe())
+        snapshots.append(Snapshot(entry["index"], entry["step"], entry["tokens"], entry.get("val_loss"), texts,
+                                  str(path)))
+    return Samples(settings, snapshots, numerics=numerics.describe(), tokenizer=str(tokenizer_dir))
 
 
 def no_samples(why: str) -> Samples:
@@ -106,13 +109,17 @@ def no_samples(why: str) -> Samples:
 
 
 def _intro(samples: Samples) -> str:
-    s = samples.settings
+    s, last = samples.settings, samples.snapshots[-1]
     return (
         f"Each snapshot of the GPT's pre-training continues the same prompts with the same draws (params.yaml "
         f"samples: {s['length']} new tokens, temperature {s['temperature']:g}, top-k {s['top_k'] or 'none'}, "
-        f"seed {s['seed']}; `gpt1 sample --model <snapshot> --tokenizer <bpe folder> --prompt <prompt> --length "
-        f"{s['length']} --temperature {s['temperature']:g} --top-k {s['top_k'] or 0} --seed {s['seed']}` writes "
-        f"the same text). Computed with {samples.numerics}."
+        f"seed {s['seed']}). `gpt1 sample --model {last.path} --tokenizer {samples.tokenizer} --prompt "
+        f"\"{last.texts[0][0]}\" --length {s['length']} --temperature {s['temperature']:g} --top-k {s['top_k'] or 0} "
+        f"--seed {s['seed']}` writes the last one's first text again (another snapshot: its file under each "
+        f"heading). The text is the tokenizer's decoding: lower case, with spaces around punctuation, as the corpus "
+        f"was normalised for pre-training; lines are wrapped at {WRAP} characters here. Snapshots close together "
+        f"can write the same text: the draws are the same, and a model that has barely moved picks the same tokens. "
+        f"Computed with {samples.numerics}."
     )
 
 
@@ -122,7 +129,7 @@ def to_markdown(samples: Samples) -> str:
         return "\n".join([*lines, *(f"- {md(gap.note)}" for gap in samples.missing)]) + "\n"
     lines += [md(_intro(samples))]
     for snapshot in samples.snapshots:
-        lines += ["", f"## {snapshot.heading()}"]
+        lines += ["", f"## {snapshot.heading()}", "", f"`{snapshot.path}`"]
         for prompt, text in snapshot.texts:
             wrapped = "\n".join(textwrap.fill(line, WRAP) for line in text.splitlines())
             lines += ["", f"Prompt: “{md(prompt)}”", "", "```text", wrapped, "```"]
@@ -138,6 +145,7 @@ def to_html(samples: Samples) -> str:
     body.append(f'<p class="notes">{html.escape(_intro(samples))}</p>')
     for snapshot in samples.snapshots:
         body.append(f"<h3>{html.escape(snapshot.heading())}</h3>")
+        body.append(f"<p><code>{html.escape(snapshot.path)}</code></p>")
         for prompt, text in snapshot.texts:
             body += [f"<p>Prompt: “{html.escape(prompt)}”</p>", f"<pre>{html.escape(text)}</pre>"]
     return html_page(TITLE, body, STYLE)
