@@ -281,6 +281,9 @@ def test_readme_command_is_valid(command: Command, tmp_path: Path):
         else:
             assert args and (REPO / args[0]).is_file(), f"python {args[0] if args else ''}: no such script"
             assert_options_listed(args[1:], help_text(sys.executable, args[0]), args[0])
+    elif name in ("source", "."):  # .venv/bin/activate: the environment setup.sh makes, here the one running this
+        path = command.args[0] if command.args else ""
+        assert (BIN / "activate").is_file() if path == ".venv/bin/activate" else (REPO / path).is_file(), path
     elif name in ("bash", "sh"):
         script = next((a for a in command.args if not a.startswith("-")), None)
         assert script and (REPO / script).is_file(), f"{name} {script}: no such script in the repository"
