@@ -412,7 +412,7 @@ def _model_block(job: FinetuneJob) -> dict[str, Any]:
     config = dataclasses.asdict(job.model.lm.config)
     return {"kind": job.meta.get("kind"), "init": job.variant.init, "config": config, "source": job.meta.get("source"),
             "pretrain_step": job.meta.get("step"), "pretrain_tokens": job.meta.get("tokens"),
-            "parameters": sum(p.numel() for p in job.model.parameters()), "clf_dropout": job.model.head.dropout.p}
+            "parameters": sum(p.numel() for p in job.model.parameters())}
 
 
 def build_metrics(job: FinetuneJob, trained: Trained, reports: dict[str, Any], train_scores: dict[str, float],

@@ -87,15 +87,6 @@ def test_the_same_computation_is_the_same_bytes(trees: dict[str, Path]) -> None:
     assert only_cell(found)["verdict"] == "same predictions" and found.settings.empty
 
 
-def test_every_finetune_setting_is_read_from_the_records(trees: dict[str, Path]) -> None:
-    """The record holds each finetune setting a job trains with, the head's dropout too, so a change of any is named."""
-    from gpt1.compare import find_jobs, job_settings
-
-    settings = job_settings(find_jobs(trees["base"])[(TASK, "pretrained")].metrics[0])
-    assert settings["model.clf_dropout"] == tiny_config(*JOB).p["finetune"]["clf_dropout"]
-    assert {"recipe.lr", "recipe.weight_decay", "model.config.resid_pdrop", "lm_weight"} <= settings.keys()
-
-
 def test_cli_writes_the_tables_and_refuses_a_tree_without_results(
     trees: dict[str, Path], subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
