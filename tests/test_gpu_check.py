@@ -20,7 +20,10 @@ from gpt1.numerics import PINNED_ENV
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 sys.path.insert(0, str(REPO / "bench"))
-SECTIONS = ["hardware", "speed", "stages", "precision", "finetune_speed", "speed_extra", "pretrain_minutes"]
+# Every section in the order they run; DEFAULT is what a run without --sections does (issue 43's, then the rest)
+SECTIONS = ["hardware", "host_probe", "dropout", "speed", "levers", "finetune_speed", "finetune_graphs", "stages",
+            "precision", "speed_extra", "pretrain_minutes"]
+DEFAULT = SECTIONS[:7]
 
 
 def script_env() -> dict[str, str]:
@@ -50,6 +53,68 @@ def test_sections_runs_only_the_named_ones_and_refuses_an_unknown_name(tmp_path:
     assert refused.returncode == 2 and "unknown section(s) bogus; choose from hardware" in refused.stdout
 
 
+def test_sections_default_to_issue_43s_and_all_names_every_one() -> None:
+    import gpu_check
+    from gpu import report
+
+    assert [name for name, _, _ in report.SECTIONS] == SECTIONS == list(gpu_check.RUNS)
+    assert gpu_check.parse_args(["run", "out"]).sections == DEFAULT
+    assert gpu_check.parse_args(["run", "out", "--sections", "all"]).sections == SECTIONS
+    assert all(set(limits) == set(SECTIONS) for limits in gpu_check.LIMITS.values())
+    # Sections other workers write: registered with their limits, run when their modules are there
+    assert gpu_check.RUNS["levers"] == "gpu.levers:run" and report.TITLES["levers"][0] == "b2"
+    assert gpu_check.RUNS["finetune_graphs"] == "gpu.finetune_speed:run_graphs"
+    assert report.TITLES["finetune_graphs"][0] == "e2"
+    assert gpu_check.LIMITS["cuda"]["levers"] == 200 and gpu_check.LIMITS["cuda"]["finetune_graphs"] == 120
+    # The default run fits the device tool's 600 s command with the wheels' install; each limit fits the budget
+    assert gpu_check.BUDGET["cuda"] <= 540 and max(gpu_check.LIMITS["cuda"].values()) < gpu_check.BUDGET["cuda"]
+
+
+def test_commit_comes_from_git_here_and_from_the_bundle_where_no_git_travelled(tmp_path: Path, monkeypatch) -> None:
+    from gpu import env
+
+    here = env.git_commit()
+    assert here and len(here.removesuffix("-dirty")) == 40
+    assert env.write_commit(tmp_path) == here and env.commit(tmp_path) == here
+    monkeypatch.setattr(env, "git_commit", lambda: None)  # the GPU machine's copy of the tree, without .git
+    assert env.commit(tmp_path) == f"{here} (as prepared; no git checkout here)"
+    assert env.commit(tmp_path / "none").startswith("unknown (no git checkout, and no commit.txt")
+
+
+def probe_bundle(bundle: Path) -> None:
+    """A bundle with section h's probe (no numpy wheel: this environment's numpy) and the commit, nothing else."""
+    from gpu import env, host_probe
+
+    if not (host_probe.SOURCE / "probe.py").is_file():
+        pytest.skip(f"no numerics probe at {host_probe.SOURCE}")
+    host_probe.prepare(bundle, wheels=False)
+    env.write_commit(bundle)
+
+
+def test_host_probe_rehearsal_compares_with_the_amd_file_and_the_report_names_machine_and_commit(
+        tmp_path: Path) -> None:
+    from gpu import env
+
+    bundle, out = tmp_path / "bundle", tmp_path / "out"
+    probe_bundle(bundle)
+    done = run_script(str(out), "--device", "cpu", "--sections", "host_probe", "--bundle", str(bundle), "--work",
+                      str(tmp_path / "work"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    record = results["sections"]["host_probe"]
+    assert record["status"] == "ok" and record["summary"].startswith(f"{env.cpu_model()}: pinned: ")
+    pinned = record["data"]["runs"]["pinned"]
+    assert pinned["reference"] == "amd-epyc-family26.pinned.json" and pinned["args"] == ["--env", "pinned"]
+    assert len(pinned["probe"]["hashes"]) == len(pinned["equal"]) + len(pinned["differ"]) + len(
+        pinned["not_in_reference"]) >= 27
+    assert pinned["probe"]["env"]["OPENBLAS_CORETYPE"] == "Haswell" and record["data"]["lscpu"]
+    # Provenance, though section a did not run: the machine and the commit
+    header = (out / "report.md").read_text().split("## ")[0]
+    assert f"CPU {env.cpu_model()}" in header and "no GPU (device cpu)" in header
+    assert f"commit: {env.git_commit()}" in header and "unknown" not in header
+    assert results["machine"]["commit"] == env.git_commit() and results["machine"]["host"]
+
+
 def test_bundle_carries_what_the_stages_need_beyond_the_gpu_machines_packages() -> None:
     from gpu.bundle import BASE, ON_GPU, carried, closure
 
@@ -75,29 +140,45 @@ def test_budget_marks_each_speed_measured_or_assumed(tmp_path: Path) -> None:
     assert {source for _, source in assumed.values()} == {"assumed", "assumed: pre-training's"}
 
 
+def present(name: str) -> bool:
+    """Whether a section's function exists yet (levers and finetune_graphs are written by others, in parallel)."""
+    import importlib
+
+    import gpu_check
+
+    module, function = gpu_check.RUNS[name].split(":")
+    try:
+        return hasattr(importlib.import_module(module), function)
+    except ImportError:
+        return False
+
+
 @pytest.mark.slow
 def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, tiny_data) -> None:
     import shutil
 
-    from gpu.report import OUT_FILES
+    from gpu.report import OUT_FILES, TITLES
 
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     prepared = run_script("--prepare", "--no-wheels", "--bundle", str(bundle), "--sample", "20", "--book-chars",
                           "5000")
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     assert (bundle / "data" / "tasks" / "story_cloze" / "encoded.json").is_file()
+    assert (bundle / "commit.txt").is_file()
     # Section f's data: the gpu profile's tokenizer and the novels' ids (--prepare --gpu-profile: ~35 min); here the
     # suite's tiny ones, in the same layout
     for name, source in (("tokenizer", tiny_data.tokenizer), ("ids", tiny_data.ids)):
         shutil.copytree(source, bundle / "gpu_profile" / name)
-    done = run_script(str(out), "--device", "cpu", "--work", str(tmp_path / "work"), "--bundle", str(bundle))
+    names = [name for name in SECTIONS if present(name)]
+    done = run_script(str(out), "--device", "cpu", "--work", str(tmp_path / "work"), "--bundle", str(bundle),
+                      "--sections", ",".join(names))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
     # What comes back from the GPU machine: at most 8 files, every one written
     assert sorted(p.name for p in out.iterdir()) == sorted(OUT_FILES) and len(OUT_FILES) <= 8
     sections = json.loads((out / "results.json").read_text())["sections"]
-    assert list(sections) == SECTIONS
-    assert {n: s["status"] for n, s in sections.items()} == {**dict.fromkeys(SECTIONS, "ok"), "speed_extra": "skipped"}
+    assert list(sections) == names
+    assert {n: s["status"] for n, s in sections.items()} == {**dict.fromkeys(names, "ok"), "speed_extra": "skipped"}
     curve = (out / "pretrain_curve.csv").read_text().splitlines()
     assert curve[0] == "step,train_loss,lr,tokens_per_second,val_loss" and len(curve) > 5
 
@@ -119,9 +200,7 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, t
     assert [v["name"] for v in speed["variants"]] == ["ours, fp32", "HF OpenAIGPT"]
     assert set(sections["finetune_speed"]["data"]["updates"]) == {"fixed", "mnli", "qqp", "race"}
 
-    table = done.stdout.strip().splitlines()[-len(SECTIONS) - 3:]
+    table = done.stdout.strip().splitlines()[-len(names) - 3:]
     assert table[0] == "| section | status | result | seconds |"
-    assert [line.split("|")[1].strip() for line in table[2:-1]] == [
-        "a. hardware", "b. speed", "c. stages", "d. precision", "e. finetune_speed", "b+. speed_extra",
-        "f. pretrain_minutes"]
+    assert [line.split("|")[1].strip() for line in table[2:-1]] == [f"{TITLES[n][0]}. {n}" for n in names]
     assert (out / "report.md").read_text().rstrip().endswith(table[-1])

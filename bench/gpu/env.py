@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +22,8 @@ BUNDLE = REPO / "bench" / "gpu_bundle"
 PARAMS = REPO / "params.yaml"
 PROFILE = "smoke"  # its synthetic data and task sizes; SMALL makes its model a little larger
 CONTEXT_FILE = "context.json"
+MACHINE_FILE = "machine.json"  # in WORK: provenance() of the run, for every report's header
+COMMIT_FILE = "commit.txt"  # in the bundle: the commit it was prepared at (the GPU machine's copy has no .git)
 
 # The stages of section c, and the bundle's CPU stages before them, run the smoke profile with these settings: the
 # bundle's examples are encoded for this n_ctx, so both sides must pass the same (encode-task records them, finetune
@@ -70,6 +74,11 @@ class Context:
     def pretrain_steps(self) -> int:
         return PRETRAIN_STEPS[self.device]
 
+    def machine(self) -> dict[str, Any]:
+        """provenance() as the run saved it at its start (empty before)."""
+        path = self.work / MACHINE_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
     def data(self, *parts: str) -> Path:
         return self.bundle.joinpath("data", *parts)
 
@@ -90,6 +99,74 @@ def write_json(path: Path, data: Any) -> None:
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(json.dumps(data, indent=1, default=str) + "\n")
     os.replace(temp, path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Provenance: which machine and which commit (issue 43 item 5)
+
+
+def command_output(*args: str, cwd: Path = REPO) -> str | None:
+    """A command's stripped stdout; None when it is missing or fails (git outside a checkout, no nvidia-smi)."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    """HEAD, with "-dirty" when tracked files differ from it; None outside a checkout (not a parent folder's)."""
+    if not (REPO / ".git").exists():
+        return None
+    head = command_output("git", "rev-parse", "HEAD")
+    if not head:
+        return None
+    changed = command_output("git", "status", "--porcelain", "--untracked-files=no")
+    return head + ("-dirty" if changed else "")
+
+
+def write_commit(bundle: Path) -> str:
+    """At prepare time, in the checkout: the commit into the bundle, which travels where .git does not."""
+    commit = git_commit()
+    if commit is None:
+        raise SystemExit(f"prepare: {REPO} is not a git checkout; cannot name the commit the bundle is for")
+    (bundle / COMMIT_FILE).write_text(commit + "\n")
+    return commit
+
+
+def commit(bundle: Path) -> str:
+    """The commit that runs: git's in a checkout, else the one the bundle was prepared at."""
+    if (found := git_commit()) is not None:
+        return found
+    path = bundle / COMMIT_FILE
+    if path.is_file() and (text := path.read_text().strip()):
+        return f"{text} (as prepared; no git checkout here)"
+    return "unknown (no git checkout, and no commit.txt in the bundle: run --prepare)"
+
+
+def cpu_model() -> str:
+    """The processor's name as /proc/cpuinfo gives it (what the numerics probe names a host by)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def gpu_name(device: str) -> str:
+    """nvidia-smi's names of the GPUs (no torch here: the orchestrator stays light)."""
+    if device != "cuda":
+        return "no GPU (device cpu)"
+    names = command_output("nvidia-smi", "--query-gpu=name", "--format=csv,noheader")
+    return ", ".join(sorted(set(names.splitlines()))) if names else "a CUDA device (nvidia-smi gave no name)"
+
+
+def provenance(ctx: Context) -> dict[str, Any]:
+    """What every report names, whichever sections ran: the machine and the commit."""
+    return {"gpu": gpu_name(ctx.device), "cpu": cpu_model(), "cpus": os.cpu_count(), "host": socket.gethostname(),
+            "commit": commit(ctx.bundle), "python": platform.python_version()}
 
 
 # ----------------------------------------------------------------------------------------------------------------

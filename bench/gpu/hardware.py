@@ -6,25 +6,14 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
 
 import torch
 from train_step import matmul_peak, sync
 
-from gpu.env import REPO, Context
+from gpu.env import Context, command_output, provenance
 from gpu.report import Record, md_table
-
-
-def _command(*args: str) -> str | None:
-    try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=20, cwd=REPO)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
 
 
 def _version(name: str) -> str:
@@ -34,18 +23,18 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def machine(device: torch.device) -> dict[str, object]:
+def machine(ctx: Context, device: torch.device) -> dict[str, object]:
     info: dict[str, object] = {
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "transformers": _version("transformers"), "mlflow": _version("mlflow-skinny"), "datasets": _version("datasets"),
         "cpus": os.cpu_count(),
-        "commit": _command("git", "rev-parse", "HEAD") or "unknown (no git checkout)",
     }  # fmt: skip
+    info.update(provenance(ctx))  # the commit (the bundle's where no .git travelled), CPU model, host name
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(gpu=props.name, memory_gib=round(props.total_memory / 2**30, 1), sms=props.multi_processor_count,
                     capability=f"{props.major}.{props.minor}", cudnn=torch.backends.cudnn.version(),
-                    driver=_command("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
+                    driver=command_output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
     return info
 
 
@@ -68,13 +57,13 @@ def copy_bandwidth(device: torch.device, mib: int, iters: int) -> float:
 def run(ctx: Context) -> None:
     record = Record(ctx, "hardware")
     device = torch.device(ctx.device)
-    record.update(**machine(device))
+    record.update(**machine(ctx, device))
     n, iters, mib = (8192, 20, 1024) if ctx.cuda else (256, 2, 16)
     peak = matmul_peak(device, n=n, iters=iters)
     bandwidth = copy_bandwidth(device, mib, iters=10 if ctx.cuda else 2)
     record.update(matmul_peak_tflops=round(peak / 1e12, 1), matmul_n=n, copy_gb_s=round(bandwidth / 1e9, 1),
                   copy_mib=mib)
-    what = record.data.get("gpu", "CPU (a toy size: not a GPU figure)")
+    what = record.data["gpu"] if ctx.cuda else f"{record.data['cpu']} (a toy size: not a GPU figure)"
     rows = [["device", what], ["driver", record.data.get("driver", "-")],
             ["torch / CUDA", f"{torch.__version__} / {torch.version.cuda}"],
             [f"bf16 matmul {n}x{n}x{n}, best of 5 x {iters}", f"{peak / 1e12:,.1f} TFLOP/s"],

@@ -19,13 +19,20 @@ STAGES_TAR = "stages.tar.gz"  # section c
 CURVE_CSV = "pretrain_curve.csv"
 OUT_FILES = (RESULTS, REPORT, LOG, PROFILE_TABLE, STAGES_TAR, CURVE_CSV)
 
-# (record name, letter, title) in the order they run
+# (record name, letter, title) in the order they run: issue 43's sections first (a GPU's time may run out), then
+# those that ran on an H100 on 2026-11-26 (run when named, or with --sections all)
 SECTIONS = (
     ("hardware", "a", "GPU, driver, torch; measured bf16 matmul peak and copy bandwidth"),
+    ("host_probe", "h", "the GPU machine's CPU: the numerics probe's hashes in each mode against the AMD files"),
+    ("dropout", "g", "dropout as trained (bf16, compiled): which SDPA backend, and each dropout's measured rate"),
     ("speed", "b", "one pre-training step at the paper's shape: ours eager and compiled against HF OpenAIGPT"),
+    ("levers", "b2", "pre-training MFU levers: micro-batch 64, vocabulary padded to 64 and masked, max-autotune, "
+     "chunked cross-entropy, each against the current step"),
+    ("finetune_speed", "e", "fine-tuning update time at the gpu profile's shapes; its GPU-hours recomputed"),
+    ("finetune_graphs", "e2", "fine-tuning without its fixed cost: static shapes and CUDA graphs against today's "
+     "update"),
     ("stages", "c", "every CUDA path of the stages through the gpt1 CLI, outputs verified"),
     ("precision", "d", "numerics: CPU fp32 against GPU fp32, TF32 and bf16; two identical GPU pre-trainings"),
-    ("finetune_speed", "e", "fine-tuning update time at the gpu profile's shapes; its GPU-hours recomputed"),
     ("speed_extra", "b+", "if time allows: HF compiled, ours with the vocabulary padded to a multiple of 64"),
     ("pretrain_minutes", "f", "the gpu profile's pre-training for minutes on the mirror's novels: its loss curve"),
 )
@@ -94,21 +101,32 @@ def final_table(ctx: Context) -> str:
     return "\n".join(lines)
 
 
+def machine(ctx: Context) -> dict[str, Any]:
+    """The run's provenance (gpu.env.provenance), completed by section a's record where it ran."""
+    found = {**ctx.machine()}
+    hardware = (ctx.read_record("hardware") or {}).get("data", {})
+    for key in ("gpu", "driver", "torch", "cuda", "transformers"):
+        if hardware.get(key):
+            found[key] = hardware[key]
+    return found
+
+
 def header(ctx: Context, command: str) -> list[str]:
-    machine = (ctx.read_record("hardware") or {}).get("data", {})
-    gpu = machine.get("gpu") or "no GPU"
+    found = machine(ctx)
     return [f"# GPU check ({dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')})", "",
-            f"- device: {ctx.device}{' (tiny sizes)' if ctx.tiny else ''}; {gpu}; driver {machine.get('driver', '-')}; "
-            f"torch {machine.get('torch', '-')}; CUDA {machine.get('cuda', '-')}; transformers "
-            f"{machine.get('transformers', '-')}",
-            f"- command: `{command}`", f"- commit: {machine.get('commit', 'unknown')}", ""]
+            f"- machine: {found.get('gpu', 'GPU not recorded')}; CPU {found.get('cpu', 'not recorded')} "
+            f"({found.get('cpus', '?')} logical CPUs); host {found.get('host', 'not recorded')}",
+            f"- device: {ctx.device}{' (tiny sizes)' if ctx.tiny else ''}; driver {found.get('driver', '-')}; "
+            f"torch {found.get('torch', '-')}; CUDA {found.get('cuda', '-')}; transformers "
+            f"{found.get('transformers', '-')}; Python {found.get('python', '-')}",
+            f"- command: `{command}`", f"- commit: {found.get('commit', 'unknown')}", ""]
 
 
 def write(ctx: Context, command: str) -> str:
     """OUT/results.json and OUT/report.md from the records so far; returns the final table."""
     found = records(ctx)
     table = final_table(ctx)
-    write_json(ctx.out / RESULTS, {"device": ctx.device, "tiny": ctx.tiny, "command": command,
+    write_json(ctx.out / RESULTS, {"device": ctx.device, "tiny": ctx.tiny, "command": command, "machine": machine(ctx),
                                    "budget_s": ctx.budget_s, "elapsed_s": round(time.time() - ctx.started, 1),
                                    "sections": {r["name"]: r for r in found}})
     body = header(ctx, command)
