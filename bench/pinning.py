@@ -1,15 +1,18 @@
-"""What the pinned mode costs (gpt1.numerics): seconds per training update at the default profile's shapes, pinned
-(AVX2 kernels, oneDNN off) against unpinned (the host's own kernels), in fp32 and bf16.
+"""What the pinned mode costs (gpt1.numerics), and which matrix-product kernels it should use: seconds per training
+update at the default profile's shapes for each candidate, against the pinned mode before products left MKL.
 
-    .venv/bin/python bench/pinning.py [--rounds 3] [--steps 6] [--threads 1]
+    .venv/bin/python bench/pinning.py [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
 
-Each arm runs in a process of its own (the pins are read when torch loads), and the arms are interleaved A B C D
-A B C D ... so that the machine's drift hits them alike; the table gives each arm's median seconds per update and its
-ratio to the baseline, the default profile before the pin (unpinned bf16), measured in the same run. Workloads: the
-GPT's pre-training update (4 x 256, context 128, batch 8, 8,400-token vocabulary), the LSTM's (512 units, batch 32)
-and a fine-tuning-sized GPT update (batch 16 of 64 tokens), each forward + backward + AdamW, threads as a Snakemake
-job of the default profile gets them (1). bf16 under the pin has no AVX2 kernel: it runs in the first round only,
-one untimed update and `--slow-steps` timed ones.
+Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.cpu_matmul, the mode now); the
+same pins with the products left to MKL on its AVX2 branch (the mode until 2026-11-27, the baseline: on AMD MKL
+ignores that branch), or on its COMPATIBLE branch (the one every vendor takes); unpinned fp32 and bf16 (the host's
+own kernels); pinned bf16 (refused by gpt1.config, measured to say why). Each arm runs in a process of its own (the
+pins are read when torch loads), and the arms are interleaved A B C D A B C D ... so that the machine's drift hits
+them alike; the table gives each arm's median seconds per update and its ratio to the baseline, measured in the same
+run. Workloads: the GPT's pre-training update (4 x 256, context 128, batch 8, 8,400-token vocabulary), the LSTM's
+(512 units, batch 32) and a fine-tuning-sized GPT update (batch 16 of 64 tokens), each forward + backward + AdamW,
+threads as a Snakemake job of the default profile gets them (1). bf16 under the pin has no AVX2 kernel: it runs in
+the first round only, one untimed update and `--slow-steps` timed ones.
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ sys.path.insert(0, str(ROOT))  # run from anywhere without installing the packag
 
 from gpt1.numerics import PINNED_ENV  # noqa: E402  (imports no torch)
 
-ARMS = {  # name: (pinned, precision)
-    "unpinned bf16": (False, "bf16"),  # the default profile before the pin: the baseline
-    "unpinned fp32": (False, "fp32"),
-    "pinned fp32": (True, "fp32"),  # the default profile now
-    "pinned bf16": (True, "bf16"),  # refused by gpt1.config; measured to say why
+ARMS = {  # name: (pinned, precision, products: openblas = gpt1.cpu_matmul, else MKL with this MKL_CBWR)
+    "pinned fp32 mkl-avx2": (True, "fp32", "AVX2"),  # the pinned mode before 2026-11-27: the baseline
+    "pinned fp32 openblas": (True, "fp32", "openblas"),  # the pinned mode now
+    "pinned fp32 mkl-compatible": (True, "fp32", "COMPATIBLE"),
+    "unpinned fp32": (False, "fp32", None),
+    "unpinned bf16": (False, "bf16", None),  # the default profile before any pin
+    "pinned bf16": (True, "bf16", "openblas"),  # refused by gpt1.config; measured to say why
 }
-BASELINE = "unpinned bf16"
+BASELINE = "pinned fp32 mkl-avx2"
 SLOW = "pinned bf16"
 WORKLOADS = {  # name: (model kind, batch, tokens per sequence)
     "pretrain gpt": ("gpt", 8, 128),
@@ -53,8 +58,12 @@ def child(arm: str, workload: str, steps: int, threads: int) -> list[float]:
     from gpt1 import numerics
     from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 
-    pinned, precision = ARMS[arm]
+    pinned, precision, products = ARMS[arm]
     numerics.apply(pinned, threads)
+    if pinned and products != "openblas":
+        from gpt1 import cpu_matmul
+
+        cpu_matmul.disable()  # the products back on MKL, on the branch arm_env asked for
     kind, batch, tokens = WORKLOADS[workload]
     torch.manual_seed(0)
     if kind == "gpt":
@@ -83,8 +92,11 @@ def child(arm: str, workload: str, steps: int, threads: int) -> list[float]:
 
 def arm_env(arm: str, threads: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PINNED_ENV}
-    if ARMS[arm][0]:
+    pinned, _, products = ARMS[arm]
+    if pinned:
         env.update(PINNED_ENV)
+        if products != "openblas":
+            env["MKL_CBWR"] = products
     env.update(OMP_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT))
     return env
 
@@ -102,6 +114,8 @@ def main() -> None:
     parser.add_argument("--slow-steps", type=int, default=1, help="timed updates of pinned bf16 (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every arm (default 1)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list of " + ", ".join(WORKLOADS))
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma list of " + ", ".join(ARMS) + " (the "
+                        "baseline is always run)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -109,10 +123,14 @@ def main() -> None:
         print(json.dumps(child(arm, workload, int(steps), int(threads))))
         return
     workloads = args.workloads.split(",")
-    times: dict[tuple[str, str], list[float]] = {(w, a): [] for w in workloads for a in ARMS}
+    arms = [BASELINE] + [a for a in args.arms.split(",") if a != BASELINE]
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        parser.error(f"--arms: unknown {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    times: dict[tuple[str, str], list[float]] = {(w, a): [] for w in workloads for a in arms}
     for round_ in range(args.rounds):
         for workload in workloads:
-            for arm in ARMS:
+            for arm in arms:
                 if arm == SLOW and round_ > 0:
                     continue
                 steps = args.slow_steps if arm == SLOW else args.steps
@@ -120,11 +138,11 @@ def main() -> None:
     processor = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("model name")), platform.processor())
     print(f"{processor}, {args.threads} thread(s), {dt.date.today()}, {args.rounds} interleaved rounds\n")
-    print("| workload | arm | median s per update | updates timed | x baseline (unpinned bf16) |")
+    print(f"| workload | arm | median s per update | updates timed | x baseline ({BASELINE}) |")
     print("| --- | --- | ---: | ---: | ---: |")
     for workload in workloads:
         base = statistics.median(times[workload, BASELINE])
-        for arm in ARMS:
+        for arm in arms:
             median = statistics.median(times[workload, arm])
             print(f"| {workload} | {arm} | {median:.3f} | {len(times[workload, arm])} | {median / base:.2f} |")
 

@@ -4,10 +4,13 @@ Measured (`bench/pinning.py`, BENCHMARKS.md "Pinned kernels"): the same training
 instruction set of ATen's kernels, of MKL's matrix products or of oneDNN changes, and when the number of threads
 changes (ATen splits a long sum across its threads, MKL its blocks). The pinned mode fixes all of them:
 
-- ATen's kernels at AVX2 (`ATEN_CPU_CAPABILITY`), MKL on its conditional-numerical-reproducibility branch for AVX2
-  (`MKL_CBWR`, the same results on Intel and AMD processors with AVX2), numpy's dispatch at x86-64-v3 and OpenBLAS's
-  kernels at Haswell: each library reads its variable once, when it loads, so `pin_environment` runs before torch is
-  imported (`gpt1.cli` calls it first thing for the model stages).
+- Every matrix product through numpy's OpenBLAS at its Haswell kernels on one thread (`gpt1.cpu_matmul`), not
+  torch's MKL: MKL chooses its kernels by the processor's vendor (on AMD it ignores `MKL_CBWR=AVX2` and takes its
+  AUTO branch), OpenBLAS takes the core type it is told on any x86-64 with AVX2 and FMA.
+- ATen's own kernels (elementwise, reductions, softmax, embedding, dropout) at AVX2 (`ATEN_CPU_CAPABILITY`), numpy's
+  dispatch at x86-64-v3, and MKL, should anything still reach it, on its COMPATIBLE branch, the one every vendor
+  takes. Each library reads its variable once, when it loads, so `pin_environment` runs before torch is imported
+  (`gpt1.cli` calls it first thing for the model stages).
 - oneDNN off: torch sends bf16 matrix products and the LSTM to oneDNN by the host's own CPU flags, not by the caps,
   so the same call takes other kernels on an AVX-512 host than on an AVX2 one. (bf16 has no fast AVX2 kernel at
   all: a pinned profile computes in fp32, `gpt1.config` refuses bf16 with it.)
@@ -34,10 +37,11 @@ PINNED_ISA = "avx2"
 # Read by each library when it loads (ATen and MKL at the first kernel, numpy and OpenBLAS at import).
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2",
+    "MKL_CBWR": "COMPATIBLE",  # no product goes to MKL (gpt1.cpu_matmul); its one vendor-independent branch if any did
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN is off in the pinned mode; this caps it should anything still reach it
     "NPY_ENABLE_CPU_FEATURES": "X86_V3",
-    "OPENBLAS_CORETYPE": "Haswell",
+    "OPENBLAS_CORETYPE": "Haswell",  # the kernels of every matrix product (gpt1.cpu_matmul)
+    "OPENBLAS_NUM_THREADS": "1",  # the products on one thread, whatever cpu.threads gives ATen
 }
 
 
@@ -48,12 +52,14 @@ class NumericsError(Gpt1Error):
 @dataclass(frozen=True)
 class Numerics:
     """What decides a run's bits, as its outputs record it: the device, the pinned instruction set and threads
-    (None: the host's own, so the bytes are the host's), and torch's version."""
+    (None: the host's own, so the bytes are the host's), torch's version and, pinned, the matrix products' library
+    and kernels (None in records made before products left MKL)."""
 
     device: str
     isa: str | None
     threads: int | None
     torch: str
+    matmul: str | None = None
 
     @property
     def pinned(self) -> bool:
@@ -64,7 +70,9 @@ class Numerics:
             return f"{self.device}, torch {self.torch}"
         if not self.pinned:
             return f"cpu unpinned (the host's kernels and threads), torch {self.torch}"
-        return f"cpu pinned to {self.isa} with {self.threads} thread{'s' * (self.threads != 1)}, torch {self.torch}"
+        products = f", products by {self.matmul}" if self.matmul else ""
+        return (f"cpu pinned to {self.isa} with {self.threads} thread{'s' * (self.threads != 1)}{products}, "
+                f"torch {self.torch}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,7 +84,7 @@ class Numerics:
             return None
         try:
             return cls(device=str(value["device"]), isa=value["isa"], threads=value["threads"],
-                       torch=str(value["torch"]))
+                       torch=str(value["torch"]), matmul=value.get("matmul"))
         except (KeyError, TypeError) as err:
             raise NumericsError(f"{where}: its numerics record {value!r} lacks {err}; rerun the stage that wrote "
                                 f"it") from err
@@ -101,12 +109,15 @@ def environment_pinned() -> bool:
 
 
 def apply(pinned: bool, threads: int | None) -> None:
-    """After `pin_environment`, in the stage's process: oneDNN off and the pinned threads (pinned), else the
-    threads asked for (None: torch's own choice)."""
+    """After `pin_environment`, in the stage's process: oneDNN off, the matrix products through OpenBLAS and the
+    pinned threads (pinned), else the threads asked for (None: torch's own choice)."""
     import torch
 
     if pinned:
+        from gpt1 import cpu_matmul
+
         torch.backends.mkldnn.enabled = False
+        cpu_matmul.enable()
     if threads is not None:
         torch.set_num_threads(threads)
 
@@ -119,11 +130,14 @@ def in_effect(device_type: str) -> Numerics:
     version = torch_version()
     if device_type != "cpu":
         return Numerics(device_type, None, None, version)
-    pinned = (environment_pinned() and not torch.backends.mkldnn.enabled
+    from gpt1 import cpu_matmul
+
+    pinned = (environment_pinned() and not torch.backends.mkldnn.enabled and cpu_matmul.enabled()
               and torch.backends.cpu.get_cpu_capability().lower() == PINNED_ISA)
     if not pinned:
         return Numerics("cpu", None, None, version)
-    return Numerics("cpu", PINNED_ISA, torch.get_num_threads(), version)
+    products = f"{cpu_matmul.blas()} {PINNED_ENV['OPENBLAS_CORETYPE']}"
+    return Numerics("cpu", PINNED_ISA, torch.get_num_threads(), version, products)
 
 
 def upstream_note(own: Numerics, upstream: Numerics | None, what: str) -> str | None:
@@ -162,6 +176,11 @@ def _cpuinfo() -> tuple[str, set[str]]:
     return fields.get("model name", platform.machine()), set(fields.get("flags", "").split())
 
 
+def processor() -> str:
+    """The processor's model name (/proc/cpuinfo), as the numerics probe and MLflow's tags name a host."""
+    return _cpuinfo()[0]
+
+
 def machine_tags() -> dict[str, str]:
     """The processor, the instruction sets it has, the kernels and threads this process uses, and torch: MLflow tags
     of every stage run (torch's own settings only where the stage has loaded torch)."""
@@ -190,6 +209,7 @@ __all__ = [
     "machine_tags",
     "note_upstream",
     "pin_environment",
+    "processor",
     "torch_version",
     "upstream_note",
 ]

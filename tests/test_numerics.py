@@ -12,26 +12,32 @@ from pathlib import Path
 import pytest
 from conftest import gpt1_command
 
-from gpt1 import numerics
+from gpt1 import cpu_matmul, numerics
 from gpt1.config import load_config
 from gpt1.errors import ConfigError
 from gpt1.numerics import PINNED_ENV, Numerics, NumericsError
 
 REPO = Path(__file__).resolve().parents[1]
-PINNED = Numerics("cpu", "avx2", 1, "2.13.0")
+PRODUCTS = f"{cpu_matmul.blas()} Haswell"
+PINNED = Numerics("cpu", "avx2", 1, "2.13.0", PRODUCTS)
 
 # The instruction sets this machine can pretend to be limited to: an AVX2 host, an AVX-512 host without bf16, and
-# one with AVX-512 and bf16 (the capped libraries' variables, as the issue that asked for the pin measured them).
+# one with AVX-512 and bf16 (the capped libraries' variables, as the issue that asked for the pin measured them). A
+# vendor's dispatch cannot be pretended on one host: tests/test_cpu_matmul.py checks the probe's hashes instead.
 HOSTS = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
-    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_CBWR": "AVX512"},
-    "avx512_bf16": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "MKL_CBWR": "AVX512"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2",
+             "OPENBLAS_CORETYPE": "Zen"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_CBWR": "AVX512",
+               "OPENBLAS_CORETYPE": "SkylakeX"},
+    "avx512_bf16": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "MKL_CBWR": "AVX512",
+                    "OPENBLAS_CORETYPE": "Cooperlake"},
 }
 
 
 def test_record_round_trip_and_description():
     assert Numerics.from_json(PINNED.to_json(), "x") == PINNED and PINNED.pinned
-    assert PINNED.describe() == "cpu pinned to avx2 with 1 thread, torch 2.13.0"
+    assert PINNED.describe() == f"cpu pinned to avx2 with 1 thread, products by {PRODUCTS}, torch 2.13.0"
+    assert Numerics.from_json({"device": "cpu", "isa": "avx2", "threads": 1, "torch": "2.13.0"}, "x").matmul is None
     host = Numerics("cpu", None, None, "2.13.0")
     assert not host.pinned and "unpinned" in host.describe()
     assert not Numerics("cuda", None, None, "2.13.0").pinned
@@ -63,10 +69,14 @@ def test_pinned_process_in_effect_and_machine_tags():
     before = torch.backends.mkldnn.enabled, torch.get_num_threads()
     try:
         numerics.apply(True, 1)
-        assert numerics.in_effect("cpu") == Numerics("cpu", "avx2", 1, numerics.torch_version())
+        assert numerics.in_effect("cpu") == Numerics("cpu", "avx2", 1, numerics.torch_version(), PRODUCTS)
         torch.backends.mkldnn.enabled = True
         assert not numerics.in_effect("cpu").pinned  # one pin missing: recorded as unpinned
+        torch.backends.mkldnn.enabled = False
+        cpu_matmul.disable()
+        assert not numerics.in_effect("cpu").pinned  # products back on MKL: unpinned
     finally:
+        cpu_matmul.enable()
         torch.backends.mkldnn.enabled, _ = before
         torch.set_num_threads(before[1])
     tags = numerics.machine_tags()
@@ -132,7 +142,8 @@ def test_the_same_bytes_under_every_instruction_set_and_thread_count(tiny_data, 
     differing = {case: d for case, d in digests.items() if d != first}
     assert differing == {}, f"other bytes than {first} under {sorted(differing)}"
     record = json.loads((tmp_path / "avx2-1" / "pretrain" / "model.json").read_text())["numerics"]
-    assert record == {"device": "cpu", "isa": "avx2", "threads": 1, "torch": numerics.torch_version()}
+    assert record == {"device": "cpu", "isa": "avx2", "threads": 1, "torch": numerics.torch_version(),
+                      "matmul": PRODUCTS}
     metrics = json.loads((tmp_path / "avx2-1" / "finetune" / "metrics.json").read_text())
     assert metrics["numerics"] == record
     processor = numerics.machine_tags()["gpt1.machine.processor"]
@@ -153,7 +164,8 @@ def test_unpinned_the_host_decides_the_bytes(tiny_data, subprocess_env, tmp_path
     assert runs["avx2"]["weights"] != runs["bf16"]["weights"]
     assert runs["avx2"]["weights"] != runs["threads"]["weights"]
     record = json.loads((tmp_path / "avx2" / "pretrain" / "model.json").read_text())["numerics"]
-    assert record == {"device": "cpu", "isa": None, "threads": None, "torch": numerics.torch_version()}
+    assert record == {"device": "cpu", "isa": None, "threads": None, "torch": numerics.torch_version(),
+                      "matmul": None}
     done = subprocess.run(gpt1_command("finetune", "--params", str(REPO / "params.yaml"), "--profile", "smoke",
                                        "--task", "rte", "--variant", "pretrained", "--seed", "0", "--pretrained",
                                        str(tmp_path / "avx2" / "pretrain"), "--tokenizer", str(tiny_data.tokenizer),
