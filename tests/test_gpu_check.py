@@ -104,7 +104,7 @@ def test_host_probe_rehearsal_compares_with_the_amd_file_and_the_report_names_ma
     record = results["sections"]["host_probe"]
     assert record["status"] == "ok" and record["summary"].startswith(f"{env.cpu_model()}: pinned: ")
     pinned = record["data"]["runs"]["pinned"]
-    assert pinned["reference"] == "amd-epyc-family26.pinned.json" and pinned["args"] == ["--env", "pinned"]
+    assert pinned["reference"] == "amd-epyc-family26.pinned.json" and pinned["args"] == ["shared", "--env", "pinned"]
     assert len(pinned["probe"]["hashes"]) == len(pinned["equal"]) + len(pinned["differ"]) + len(
         pinned["not_in_reference"]) >= 27
     assert pinned["probe"]["env"]["OPENBLAS_CORETYPE"] == "Haswell" and record["data"]["lscpu"]
@@ -113,6 +113,33 @@ def test_host_probe_rehearsal_compares_with_the_amd_file_and_the_report_names_ma
     assert f"CPU {env.cpu_model()}" in header and "no GPU (device cpu)" in header
     assert f"commit: {env.git_commit()}" in header and "unknown" not in header
     assert results["machine"]["commit"] == env.git_commit() and results["machine"]["host"]
+
+
+def test_dropout_rehearsal_measures_the_math_backends_rate_within_its_standard_error(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_script(str(out), "--device", "cpu", "--sections", "dropout", "--work", str(tmp_path / "work"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    record = json.loads((out / "results.json").read_text())["sections"]["dropout"]
+    assert record["status"] == "ok" and record["data"]["training_step"]["ran"] == ["math"]
+    attention = {r["backend"]: r for r in record["data"]["attention"]}
+    assert set(attention) == {"flash", "efficient", "cudnn", "math", "as trained"}
+    for found in (attention["math"], attention["as trained"], *record["data"]["other"]):
+        assert found["p"] == 0.1 and found["within_3se"], found
+        assert abs(found["measured"] - 0.1) < 3 * found["se"] and found["se"] < 0.001
+    assert abs(attention["math"]["scale_p"] - 0.1) < 1e-3  # kept weights scaled by 1/(1-p)
+    assert "174245" in record["data"]["note"] and "| math | 0.1 |" in record["markdown"]
+
+
+def test_host_probe_runs_the_modes_its_scripts_offer(tmp_path: Path) -> None:
+    from gpu import host_probe
+
+    probe_bundle(tmp_path)
+    shared = [mode for mode in host_probe.MODES if mode.script == "shared"]
+    assert [host_probe.offered(mode, tmp_path / "probe") for mode in shared] == [True, True, True]
+    assert not host_probe.offered(host_probe.Mode("x", "shared", ("--env", "bogus")), tmp_path / "probe")
+    project = next(mode for mode in host_probe.MODES if mode.script == "project")
+    if project.path(tmp_path).is_file():  # issue 42's probe, against its committed hashes
+        assert host_probe.offered(project, tmp_path / "probe") and (REPO / project.reference).is_file()
 
 
 def test_bundle_carries_what_the_stages_need_beyond_the_gpu_machines_packages() -> None:

@@ -146,13 +146,9 @@ def commit(bundle: Path) -> str:
 
 def cpu_model() -> str:
     """The processor's name as /proc/cpuinfo gives it (what the numerics probe names a host by)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    from gpt1.numerics import _cpuinfo  # no torch: the orchestrator stays light
+
+    return _cpuinfo()[0]
 
 
 def gpu_name(device: str) -> str:

@@ -36,20 +36,22 @@ HOST_VARIABLES = ("OPENBLAS", "MKL", "ATEN", "ONEDNN", "NPY", "OMP", "GOMP")
 @dataclass(frozen=True)
 class Mode:
     name: str
-    args: tuple[str, ...]  # the probe's arguments
+    script: str  # "shared": the bundle's copy of the shared probe; "project": the repository's tools/numerics_probe.py
+    args: tuple[str, ...]  # the script's arguments; the first pair picks the mode (--env X, --mode X)
+    reference: str | None = None  # a repository file to compare with; None: the AMD file of the same settings
 
-    @property
-    def env_choice(self) -> str:
-        return self.args[self.args.index("--env") + 1]
+    def path(self, folder: Path) -> Path:
+        return folder / "probe.py" if self.script == "shared" else REPO / "tools" / "numerics_probe.py"
 
 
-# What the probe runs in, in this order; a mode whose --env the probe does not offer (yet) is left out and said so.
-# "openblas": issue 42's candidate (numpy's OpenBLAS at a fixed core type for every product), once the probe has it.
+# What runs, in this order; a mode whose script or choice is not there (yet) is left out and said so. The shared
+# probe's modes are those of the AMD files; "project-pinned" is issue 42's pinned mode (products through numpy's
+# OpenBLAS at a fixed core type, gpt1.cpu_matmul), against its hashes committed from the AMD host.
 MODES = (
-    Mode("pinned", ("--env", "pinned")),
-    Mode("pinned-mkl-compatible", ("--env", "pinned", "--set", "MKL_CBWR=COMPATIBLE")),
-    Mode("unpinned", ("--env", "none")),
-    Mode("openblas", ("--env", "openblas")),
+    Mode("pinned", "shared", ("--env", "pinned")),
+    Mode("pinned-mkl-compatible", "shared", ("--env", "pinned", "--set", "MKL_CBWR=COMPATIBLE")),
+    Mode("unpinned", "shared", ("--env", "none")),
+    Mode("project-pinned", "project", ("--mode", "pinned"), "tests/fixtures/numerics_probe.json"),
 )
 
 
@@ -83,12 +85,16 @@ def prepare(bundle: Path, wheels: bool) -> str:
 # There
 
 
-def offered(probe: Path) -> set[str]:
-    """The --env choices of this probe.py (argparse's usage line; a wide COLUMNS keeps it on one line)."""
-    done = subprocess.run([sys.executable, str(probe), "--help"], capture_output=True, text=True, timeout=60,
+def offered(mode: Mode, folder: Path) -> bool:
+    """Whether the mode's script is there and offers its choice (argparse's usage line; a wide COLUMNS keeps it on
+    one line)."""
+    script = mode.path(folder)
+    if not script.is_file():
+        return False
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "COLUMNS": "400"})
-    found = re.search(r"--env \{([^}]*)\}", done.stdout)
-    return set(found.group(1).split(",")) if found else set()
+    found = re.search(rf"{mode.args[0]} \{{([^}}]*)\}}", done.stdout)
+    return bool(found) and mode.args[1] in found.group(1).split(",")
 
 
 def install_numpy(folder: Path, site: Path) -> str:
@@ -103,18 +109,18 @@ def install_numpy(folder: Path, site: Path) -> str:
 
 
 def probe_env(site: Path) -> dict[str, str]:
-    """One BLAS thread, no GPU, and only the private numpy on the path (not the repository or the wheels' site)."""
+    """One BLAS thread, no GPU; the private numpy first on the path (the probes' processes alone see it)."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("PYTHONPATH", None)
     if site.is_dir():
-        env["PYTHONPATH"] = str(site)
+        env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     return env
 
 
-def start(mode: Mode, probe: Path, env: dict[str, str], logs: Path) -> subprocess.Popen:
+def start(mode: Mode, folder: Path, env: dict[str, str], logs: Path) -> subprocess.Popen:
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{mode.name}.json", "w") as out, open(logs / f"{mode.name}.log", "w") as err:
-        return subprocess.Popen([sys.executable, str(probe), *mode.args], env=env, stdout=out, stderr=err)
+        return subprocess.Popen([sys.executable, str(mode.path(folder)), *mode.args], env=env, stdout=out,
+                                stderr=err)
 
 
 def references(folder: Path) -> dict[str, dict[str, Any]]:
@@ -127,16 +133,25 @@ def references(folder: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def compare(mine: dict[str, Any], refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Against the reference file of the same settings (its --env variables and oneDNN): the operations whose
-    hashes differ, and those the reference lacks."""
+def reference(mode: Mode, mine: dict[str, Any], refs: dict[str, dict[str, Any]]) -> tuple[str | None, dict]:
+    """(name, contents) of the file to compare with: the mode's own, else the AMD file of the same settings (its
+    variables and oneDNN)."""
+    if mode.reference is not None:
+        path = REPO / mode.reference
+        return (mode.reference, json.loads(path.read_text())) if path.is_file() else (None, {})
     same = [name for name, ref in refs.items()
             if ref.get("env") == mine.get("env") and ref.get("onednn") == mine.get("onednn")]
-    if not same:
+    return (same[0], refs[same[0]]) if same else (None, {})
+
+
+def compare(mode: Mode, mine: dict[str, Any], refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The operations whose hashes differ from the reference's, and those it lacks."""
+    name, found = reference(mode, mine, refs)
+    if name is None:
         return {"reference": None}
-    ref = refs[same[0]]["hashes"]
+    ref = found["hashes"]
     hashes = mine["hashes"]
-    return {"reference": same[0], "reference_host": refs[same[0]].get("host"),
+    return {"reference": name, "reference_host": found.get("host"),
             "equal": sorted(k for k in hashes if ref.get(k) == hashes[k]),
             "differ": sorted(k for k in hashes if k in ref and ref[k] != hashes[k]),
             "not_in_reference": sorted(k for k in hashes if k not in ref)}
@@ -145,24 +160,27 @@ def compare(mine: dict[str, Any], refs: dict[str, dict[str, Any]]) -> dict[str, 
 def finish(mode: Mode, child: subprocess.Popen, logs: Path, refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     child.wait()
     if child.returncode != 0:
-        return {"args": list(mode.args), "error": (logs / f"{mode.name}.log").read_text()[-2000:]}
+        return {"args": [mode.script, *mode.args], "error": (logs / f"{mode.name}.log").read_text()[-2000:]}
     mine = json.loads((logs / f"{mode.name}.json").read_text())
-    return {"args": list(mode.args), **compare(mine, refs), "probe": mine}
+    return {"args": [mode.script, *mode.args], **compare(mode, mine, refs), "probe": mine}
 
 
 def describe(name: str, run: dict[str, Any]) -> tuple[list[Any], str]:
     """(a row of the table, a phrase of the summary) for one mode."""
     if "error" in run:
-        return [name, "-", "-", "failed", "-"], f"{name}: failed"
+        return [name, "-", "-", "failed", "-"], f"{name}: FAILED"
     probe = run["probe"]
     blas = ", ".join(f"{b.get('internal_api')} {b.get('architecture')}" for b in probe["blas"]) \
         if isinstance(probe["blas"], list) else probe["blas"]
     if run["reference"] is None:
-        return [name, "no file of these settings", "-", "-", blas], f"{name}: no AMD file to compare"
+        return [name, "no file of these settings", "-", "-", f"{probe.get('numpy')}; {blas}"], \
+            f"{name}: no file to compare"
     differ = run["differ"]
     listed = ", ".join(differ) or "none"
-    row = [name, run["reference"], f"{len(run['equal'])} / {len(probe['hashes'])}", listed, blas]
-    return row, f"{name}: {len(differ)} differ{' (' + listed + ')' if differ else ''}"
+    shown = ", ".join(differ[:5]) + (", ..." if len(differ) > 5 else "")
+    row = [name, run["reference"], f"{len(run['equal'])} / {len(probe['hashes'])}", listed,
+           f"{probe.get('numpy')}; {blas}"]
+    return row, f"{name}: {len(differ)} of {len(probe['hashes'])} differ{' (' + shown + ')' if differ else ''}"
 
 
 def run(ctx: Context) -> None:
@@ -173,15 +191,14 @@ def run(ctx: Context) -> None:
         raise RuntimeError(f"no {probe}: run bash bench/gpu_check.sh --prepare here first")
     host = {k: v for k, v in os.environ.items() if k.startswith(HOST_VARIABLES)}
     record.update(cpu=cpu_model(), lscpu=command_output("lscpu"), host_variables=host)
-    choices = offered(probe)
-    modes = [m for m in MODES if m.env_choice in choices][: None if ctx.cuda else 1]
+    there = [m for m in MODES if offered(m, folder)]
+    modes = there if ctx.cuda else there[:1]  # the rehearsal: one mode
     site = ctx.work / "probe-site"
     numpy = install_numpy(folder, site)
-    record.update(numpy=numpy, modes=[m.name for m in modes],
-                  not_offered=[m.name for m in MODES if m.env_choice not in choices])
+    record.update(numpy=numpy, modes=[m.name for m in modes], not_offered=[m.name for m in MODES if m not in there])
     env, logs, refs = probe_env(site), ctx.work / "probe", references(folder)
     # One thread each: on the GPU machine's cores the modes run side by side
-    children = {mode: start(mode, probe, env, logs) for mode in modes}
+    children = {mode: start(mode, folder, env, logs) for mode in modes}
     runs: dict[str, Any] = {}
     for mode, child in children.items():
         runs[mode.name] = finish(mode, child, logs, refs)
@@ -189,10 +206,11 @@ def run(ctx: Context) -> None:
     described = [describe(name, one) for name, one in runs.items()]
     failed = [name for name, one in runs.items() if "error" in one]
     summary = f"{record.data['cpu']}: " + "; ".join(phrase for _, phrase in described)
-    notes = [f"numpy: {numpy}. Probe torch {next(iter(runs.values())).get('probe', {}).get('torch', '?')}; the AMD "
-             f"files' torch is 2.13.0+cpu, so a torch operation may differ by release as well as by processor "
-             f"(numpy's products, at the same numpy, by processor alone).",
-             f"Modes the probe does not offer yet: {', '.join(record.data['not_offered']) or 'none'}."]
-    table = md_table(["mode", "AMD file of the same settings", "equal", "differ", "numpy's BLAS"],
+    torch_version = next(iter(runs.values()), {}).get("probe", {}).get("torch", "?")
+    notes = [f"numpy's wheel: {numpy} (a probe that sets its own path may run the image's numpy: see the column). "
+             f"torch {torch_version} here, 2.13.0+cpu in the AMD files: a torch operation may differ by release as "
+             f"well as by processor; numpy's products at the same numpy by processor alone.",
+             f"Modes not run (script or choice missing): {', '.join(record.data['not_offered']) or 'none'}."]
+    table = md_table(["mode", "compared with (made on an AMD EPYC)", "equal", "differ", "numpy; its BLAS"],
                      [row for row, _ in described])
     record.save("failed" if failed else "ok", summary=summary, markdown="\n\n".join([table, *notes]))
