@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from pipeline_repo import (
-    COMMITTED_DIGESTS,
     REPO,
     commit_all,
     link_venv,
@@ -17,6 +16,8 @@ from pipeline_repo import (
     run,
     smoke_repo,
 )
+
+from gpt1.numerics import processor
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +54,16 @@ def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, second_s
 def test_outputs_equal_the_committed_ones(smoke_run):
     """Behaviour unchanged, proven: every output of the smoke pipeline has the bytes committed in
     tests/fixtures/smoke_digests.json, so a refactor that changes any result fails here. After a change that is
-    meant to change results, write the new digests with GPT1_WRITE_SMOKE_DIGESTS=1 and commit them with it."""
-    if os.environ.get("GPT1_WRITE_SMOKE_DIGESTS") == "1":
-        COMMITTED_DIGESTS.write_text(json.dumps(output_digests(smoke_run[0]), indent=1, sort_keys=True) + "\n")
+    meant to change results, `tools/smoke_digests.py` writes the new digests (never this test)."""
     differing = outputs_not_committed(smoke_run[0])
-    assert differing == [], f"{len(differing)} outputs changed, appeared or went missing, e.g. {differing[:12]}"
+    assert differing == [], (f"on {processor()}: {len(differing)} outputs changed, appeared or went missing, the "
+                             f"first {differing[0] if differing else ''}; e.g. {differing[:12]}")
+
+
+def test_digests_are_written_by_a_command_that_ci_refuses():
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "smoke_digests.py")], env={**os.environ, "CI": "1"},
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "refused under CI" in done.stderr
 
 
 def test_snakemake_builds_the_data_stages(smoke_run):
