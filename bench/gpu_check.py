@@ -1,28 +1,41 @@
-"""The project on a GPU, in one command (issue 33): every section writes into OUT as it goes, so a time-out still
-leaves what was measured, and the last thing printed is a short table.
+"""The project on a GPU, in one command (issues 33, 43): every section writes into OUT as it goes, so a time-out
+still leaves what was measured, and the last thing printed is a short table.
 
     bash bench/gpu_check.sh --prepare                  # first, here on the CPU: bench/gpu_bundle/ (see gpu/bundle.py)
-    bash bench/gpu_check.sh OUT                        # on the GPU machine: <= 6 minutes on an H100
-    bash bench/gpu_check.sh OUT --device cpu           # the rehearsal: every section at a tiny size on this CPU
+    bash bench/gpu_check.sh OUT                        # on the GPU machine: the default sections, <= 9 min on an H100
+    bash bench/gpu_check.sh OUT --sections all         # every section, as far as the budget goes
+    bash bench/gpu_check.sh OUT --device cpu           # the rehearsal: the sections at a tiny size on this CPU
 
 bench/gpu_check.sh installs the bundle's wheels where the packages are missing and calls this file:
 
     python bench/gpu_check.py prepare [--bundle DIR] [--no-wheels] [--gpu-profile] [--sample N] [--book-chars N]
     python bench/gpu_check.py run OUT [--device auto|cuda|cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
+                                      [--sections NAME,...|all]
 
-Sections (gpu/report.py SECTIONS; each in a child process of its own, killed with its children at its time limit):
+`prepare` builds gpu/bundle.py's bundle, then adds what travels beside it: probe/ (section h: the shared numerics
+probe, its AMD files and numpy 2.4.6's wheel) and commit.txt (the commit it was prepared at: the GPU machine's copy
+of the tree has no .git). Every report names the machine (GPU, CPU, host) and the commit, whatever ran.
+
+Sections (gpu/report.py SECTIONS, in the order they run; each in a child process of its own, killed with its
+children at its time limit). The default, issue 43's:
   a. hardware        GPU, driver, torch; the measured bf16 matmul peak and device copy bandwidth
+  h. host_probe      the GPU machine's CPU through the numerics probe in each mode, against the AMD host's hashes
+  g. dropout         which SDPA backend trains with p = 0.1 (bf16, compiled) and every dropout's measured rate
   b. speed           bench/train_step.py at the paper's shape: ours compiled and eager against HF eager, MFU
+  b2. levers         pre-training MFU levers, each against the current step (gpu/levers.py)
+  e. finetune_speed  fine-tuning update times at the gpu profile's shapes; bench/gpu_budget.py from measured speeds
+  e2. finetune_graphs fine-tuning with static shapes and CUDA graphs against today's update
+Run on an H100 on 2026-11-26, and again when named (or with `all`):
   c. stages          every CUDA path of the stages through `python -m gpt1`, killed and resumed, outputs verified
   d. precision       CPU fp32 against GPU fp32 / TF32 / bf16; two identical GPU pre-trainings
-  e. finetune_speed  fine-tuning update times at the gpu profile's shapes; bench/gpu_budget.py from measured speeds
   b+. speed_extra    if time is left: HF compiled, ours with the vocabulary padded to a multiple of 64
   f. pretrain_minutes the gpu profile's own pre-training for ~3 minutes on the mirror's novels (prepare
                      --gpu-profile), stopped with SIGTERM; its loss curve from MLflow into OUT/pretrain_curve.csv
 
-OUT receives at most 8 files (what the device tool brings back): results.json (every record), report.md (every
-table), log.txt (bench/gpu_check.sh), profile_step.txt (section b, below 55% MFU), stages.tar.gz (section c's
-small outputs, logs and MLflow store). Everything else goes to --work (default: a new folder under /tmp).
+OUT receives at most 8 files (what the device tool brings back): results.json (every record, the probe's JSON
+files among them), report.md (every table), log.txt (bench/gpu_check.sh), profile_step.txt (section b, below 55%
+MFU), stages.tar.gz (section c's small outputs, logs and MLflow store), pretrain_curve.csv (section f). Everything
+else goes to --work (default: a new folder under /tmp).
 """
 
 from __future__ import annotations
@@ -59,10 +72,10 @@ LIMITS = {"cuda": {"hardware": 60, "host_probe": 90, "dropout": 120, "speed": 17
           "cpu": {"hardware": 90, "host_probe": 240, "dropout": 120, "speed": 120, "levers": 120,
                   "finetune_speed": 120, "finetune_graphs": 120, "stages": 420, "precision": 120,
                   "speed_extra": 30, "pretrain_minutes": 150}}  # fmt: skip
-# The whole run; on an H100 the install and start-up come on top. The default sections took (or are expected to
-# take) about 15 + 45 + 60 + 55 + 200 + 30 + 120 s there: 540 s leaves the device tool's 600 s command limit room
-# for the wheels' install. On 2 busy cores section c's ten `gpt1` processes (each loading torch and MLflow) take
-# minutes.
+# The whole run; on an H100 the install and start-up come on top. The default sections took (a, b, e on 2026-11-26)
+# or are expected to take about 15 + 30 + 75 + 55 + 200 + 30 + 120 s there (b2 and e2 at most their limits): 540 s
+# leaves the device tool's 600 s command limit room for the wheels' install. On 2 busy cores section c's ten `gpt1`
+# processes (each loading torch and MLflow) take minutes.
 BUDGET = {"cuda": 540.0, "cpu": 720.0}
 LEAST = 10.0  # a section is not started with less than this left
 

@@ -4,6 +4,7 @@
 #   bash bench/gpu_check.sh --prepare [--no-wheels] [--bundle DIR]    # here, on the CPU, with the project's .venv:
 #                                                                     # bench/gpu_bundle/, which `carry` sends
 #   bash bench/gpu_check.sh OUT [--device cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
+#                               [--sections NAME,...|all]         # default: issue 43's sections (gpu_check.py)
 #
 # On the GPU machine (python3 there holds torch; the bundle's wheels go to GPT1_GPU_SITE, default /tmp/gpt1-site,
 # when mlflow, datasets, jsonschema or SQLAlchemy is missing):
@@ -24,7 +25,8 @@ if [ "${1:-}" = "--prepare" ]; then
     exec "$python" "$repo/bench/gpu_check.py" prepare "$@"
 fi
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
-    echo "usage: bash bench/gpu_check.sh OUT [--device cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]" >&2
+    echo "usage: bash bench/gpu_check.sh OUT [--device cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]" \
+        "[--sections NAME,...|all]" >&2
     echo "       bash bench/gpu_check.sh --prepare [--no-wheels] [--bundle DIR]" >&2
     exit 2
 fi
