@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from gpu.env import REPO, Context, run_one
+from gpu.env import REPO, Context, Finished, run_one
 from gpu.report import PROFILE_TABLE, Record, md_table
 
 MFU_TARGET, HF_TARGET = 0.55, 3.0  # the issue's targets: MFU of ours compiled, and ours over HF eager
@@ -20,26 +20,47 @@ TINY_SHAPE = ("--n-layer", "2", "--n-embd", "64", "--n-head", "2", "--n-ctx", "6
 EXTRA_SECONDS = 150  # b+ starts only with this much of the budget left
 
 
-def micro_batch() -> int:
-    """The gpu profile's pre-training micro-batch (sequences per forward pass)."""
+def gpu_profile(section: str) -> dict[str, Any]:
+    """One section of params.yaml's gpu profile (what pre-training on a GPU trains with)."""
     from gpt1.config import load_config
 
-    return load_config(REPO / "params.yaml", "gpu").section("pretrain")["micro_batch_size"]
+    return load_config(REPO / "params.yaml", "gpu").section(section)
 
 
-def command(ctx: Context, variants: str, json_path: str, profile: bool) -> list[str]:
+def micro_batch() -> int:
+    """The gpu profile's pre-training micro-batch (sequences per forward pass)."""
+    return gpu_profile("pretrain")["micro_batch_size"]
+
+
+def recorded_peak(ctx: Context) -> float | None:
+    """The bf16 matmul peak section a measured on this machine, TFLOP/s (None: it did not run)."""
+    return (ctx.read_record("hardware") or {}).get("data", {}).get("matmul_peak_tflops")
+
+
+def command(ctx: Context, variants: str, json_path: str, profile: bool, extra: tuple[str, ...] = ()) -> list[str]:
+    """bench/train_step.py at the paper's shape and the gpu profile's micro-batch and dropout (tiny on the CPU);
+    `extra` last (argparse keeps the last of an option given twice)."""
     args = [sys.executable, str(REPO / "bench" / "train_step.py"), "--device", ctx.device, "--variants", variants,
-            "--json", json_path]
+            "--json", json_path, "--dropout", str(gpu_profile("model")["dropout"])]
     if ctx.tiny or not ctx.cuda:
         args += [*TINY_SHAPE, "--repeats", "3", "--warmup", "1"]
     else:
         args += ["--batch", str(micro_batch()), "--repeats", "10", "--warmup", "3"]
-    peak = (ctx.read_record("hardware") or {}).get("data", {}).get("matmul_peak_tflops")
+    peak = recorded_peak(ctx)
     if ctx.cuda and peak:
         args += ["--peak-tflops", str(peak)]
     if profile:
         args += ["--profile-table", str(ctx.out / PROFILE_TABLE), "--profile-below", str(MFU_TARGET)]
-    return args
+    return [*args, *extra]
+
+
+def train_step(ctx: Context, tag: str, variants: str, timeout: float, profile: bool = False,
+               extra: tuple[str, ...] = ()) -> tuple[Finished, dict[str, Any] | None]:
+    """bench/train_step.py in a child (its log WORK/logs/train_step-TAG.log), killed after `timeout` seconds: how it
+    ended, and its figures (None when it wrote none)."""
+    path = ctx.work / f"{tag}.json"
+    done = run_one(ctx, f"train_step-{tag}", command(ctx, variants, str(path), profile, extra), timeout)
+    return done, json.loads(path.read_text()) if done.returncode == 0 and path.is_file() else None
 
 
 def percent(value: float | None) -> str:
@@ -61,9 +82,8 @@ HEAD = ["variant", "tokens/s median", "tokens/s best", "MFU (measured peak)", "M
 
 
 def measure(ctx: Context, record: Record, variants: str, profile: bool, timeout: float) -> dict[str, Any]:
-    path = ctx.work / f"{record.name}.json"
-    done = run_one(ctx, f"train_step-{record.name}", command(ctx, variants, str(path), profile), timeout).check()
-    found = json.loads(path.read_text())
+    done, found = train_step(ctx, record.name, variants, timeout, profile)
+    done.check()
     record.update(command=done.command.replace(str(REPO) + "/", ""), seconds_child=round(done.seconds, 1), **found)
     return found
 
