@@ -99,9 +99,10 @@ def offered(mode: Mode, folder: Path) -> bool:
 
 def install_numpy(folder: Path, site: Path) -> str:
     """numpy's wheel into `site`, for the probe's processes only; without one (the rehearsal) this Python's numpy."""
-    wheels = sorted(folder.glob("numpy-*.whl"))
-    if not wheels:
-        return "this Python's numpy (no wheel in the bundle)"
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheels = sorted(folder.glob(f"numpy-*-{tag}-*.whl"))
+    if not wheels:  # the rehearsal here (Python 3.11) with a bundle made for the GPU machine's 3.12
+        return f"this Python's numpy (no {tag} wheel in the bundle)"
     args = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
             "--target", str(site), str(wheels[-1])]
     subprocess.run(args, check=True, capture_output=True, text=True)
