@@ -286,7 +286,8 @@ def main() -> int:
     wanted = {**env_wanted, **dict(s.split("=", 1) for s in args.set)}
     if os.environ.get(CHILD) != "1":
         env = {k: v for k, v in os.environ.items() if k not in PINNED_ENV}
-        env.update(wanted, **{CHILD: "1", "PYTHONPATH": str(REPO)})
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)  # a carried numpy stays
+        env.update(wanted, **{CHILD: "1", "PYTHONPATH": path})
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     import numpy
     import torch
