@@ -19,6 +19,10 @@ One job = one task x one variant x one seed. The pieces, in the order a job runs
   decay to 0, no early stopping; each epoch's batches shuffled, optionally formed by length within runs of
   `length_group_batches` batches so that they pad less (`epoch_batches`). Story Cloze alone selects its best epoch
   on a slice of its training cut (below).
+* On CUDA (finetune.cuda_graphs, default auto: CUDA only), the same loop without its fixed cost per update:
+  batches padded to a bounded set of lengths (`bucket_length`), the loss through torch.compile's CUDA graphs, a
+  capturable fused AdamW whose lr is a device tensor the schedule fills, and the losses kept on the device until
+  the epoch's curves are written (`GraphedUpdates`). On the CPU the loop is the one it always was, bit for bit.
 * Data (`gpt1.taskdata`): the task's train split or its declared cut; every report is scored on
   `tasks.evaluation_split`, and on the complement of the training cut when that is the same split, so no example is
   both trained and scored on. The pipeline encodes each task once (the encode_task stage) and its jobs read that.
@@ -39,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from gpt1 import metrics as metric_lib
@@ -46,18 +51,22 @@ from gpt1.backbones import Variant, check_pair, get_variant, load_backbone, load
 from gpt1.config import FinetuneSettings
 from gpt1.errors import FinetuneError
 from gpt1.heads import (
+    IGNORE,
     Batch,
     Decoded,
     FinetuneModel,
+    Losses,
     Transfer,
     add_specials,
     collate,
     compute_losses,
     decode,
+    lm_targets,
+    task_loss,
     transfer_init,
 )
-from gpt1.model import set_dropout
-from gpt1.runtime import autocast, default_device, resolve_precision, seed_everything
+from gpt1.model import GPT, set_dropout
+from gpt1.runtime import autocast, default_device, resolve_compile, resolve_precision, seed_everything
 from gpt1.taskdata import (
     DATA_SEED,
     SELECTION_FRACTION,
@@ -86,6 +95,8 @@ from gpt1.tokenizer import GPT1Tokenizer
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has fused AdamW kernels
+# finetune.cuda_graphs where a profile does not set it: the fast path on CUDA only (a CPU run keeps its bits)
+CUDA_GRAPHS_DEFAULT = "auto"
 # ----------------------------------------------------------------------------------------------------------------
 # Schedule, training, prediction
 
@@ -122,13 +133,24 @@ def epoch_batches(part: Part, size: int, generator: torch.Generator, group_batch
     return [grouped[i] for i in torch.randperm(len(grouped), generator=generator).tolist()]
 
 
-def batches(part: Part, groups: Sequence[Sequence[int]], regression: bool) -> Iterator[tuple[list[int], Batch]]:
+def bucket_length(longest: int, n_ctx: int) -> int:
+    """The length a batch whose longest sequence has `longest` tokens pads to on the CUDA fast path: rounded up to
+    a multiple of an eighth of the power of two below it (at least 8), at most n_ctx. A CUDA graph is recorded per
+    shape, so the shapes must be few: 32 lengths up to 512 (8, 16, ..., 64, 72, ..., 128, 144, ..., 256, 288, ...,
+    512), each at most 12.5% above the longest sequence beyond 64 tokens and at most 7 tokens above it below."""
+    step = max(8, (1 << max(0, (longest - 1).bit_length() - 1)) // 8)
+    return max(longest, min(n_ctx, -(-longest // step) * step))
+
+
+def batches(part: Part, groups: Sequence[Sequence[int]], regression: bool,
+            n_ctx: int | None = None) -> Iterator[tuple[list[int], Batch]]:
     """(positions, padded batch) per group of positions, made one at a time (a whole padded dataset would not
-    fit)."""
+    fit); with `n_ctx`, each padded to its `bucket_length`."""
     for group in groups:
         chosen = list(group)
         labels = [part.examples[i].label for i in chosen]
-        yield chosen, collate([part.transformed[i] for i in chosen], labels, regression)
+        width = None if n_ctx is None else bucket_length(max(longest_sequence(part, i) for i in chosen), n_ctx)
+        yield chosen, collate([part.transformed[i] for i in chosen], labels, regression, width=width)
 
 
 @torch.no_grad()
@@ -184,27 +206,40 @@ class Trained:
     selection: dict[str, Any] | None
 
 
+def uses_graphs(setting: bool | str, device: torch.device, model: FinetuneModel) -> bool:
+    """Whether a job trains through `GraphedUpdates`: finetune.cuda_graphs (auto: on CUDA only, so that a CPU run
+    keeps its bits), and a GPT (the LSTM's cuDNN recurrence stays on the eager loop)."""
+    return resolve_compile(setting, device) and isinstance(model.lm, GPT)
+
+
 class Trainer:
     """The fine-tuning loop: shuffled (optionally length-grouped) batches per epoch, AdamW + warm-up/linear decay, L3
-    per update."""
+    per update; on CUDA by default through `GraphedUpdates` (`graphs`: True, False or auto, see `uses_graphs`)."""
 
     def __init__(self, model: FinetuneModel, recipe: Recipe, train: Part, seed: int,
-                 log: Callable[[list[dict[str, float]]], None] | None = None) -> None:
+                 log: Callable[[list[dict[str, float]]], None] | None = None, graphs: bool | str = "auto") -> None:
         self.model, self.recipe, self.train, self.log = model, recipe, train, log
         self.steps_per_epoch = math.ceil(len(train.examples) / recipe.batch_size)
         self.total = recipe.epochs * self.steps_per_epoch
         self.warmup = round(recipe.warmup_fraction * self.total)
         self.device = next(model.parameters()).device
-        # Fused kernels: one AdamW step over the 5.3M parameters of the default model takes 0.2x the time of the
-        # foreach default on one CPU core, and fine-tuning's updates are small (bench/optimizer_step.py).
-        self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=recipe.lr, betas=ADAM_BETAS,
-                                           eps=ADAM_EPS, fused=self.device.type in FUSED_ADAMW_DEVICES or None)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda u: linear_lr_factor(u, self.warmup, self.total))
+        self.fast = GraphedUpdates(model, recipe, self.device) if uses_graphs(graphs, self.device, model) else None
+        if self.fast is not None:
+            self.optimizer, self.scheduler = self.fast.optimizer, None  # the fast path sets its lr tensor itself
+        else:
+            # Fused kernels: one AdamW step over the 5.3M parameters of the default model takes 0.2x the time of
+            # the foreach default on one CPU core, and fine-tuning's updates are small (bench/optimizer_step.py).
+            self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=recipe.lr,
+                                               betas=ADAM_BETAS, eps=ADAM_EPS,
+                                               fused=self.device.type in FUSED_ADAMW_DEVICES or None)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda u: linear_lr_factor(u, self.warmup, self.total))
         self.order = torch.Generator().manual_seed(seed)  # batch order: the job's seed, independent of dropout
 
     def epoch(self, epoch: int, step: int, label: str) -> tuple[list[dict[str, float]], int, int]:
         """One pass over the training examples; returns (curve rows, updates done so far, real tokens seen)."""
+        if self.fast is not None:
+            return self.fast_epoch(epoch, step, label)
         self.model.train()
         groups = epoch_batches(self.train, self.recipe.batch_size, self.order, self.recipe.length_group_batches)
         rows, tokens = [], 0
@@ -230,6 +265,33 @@ class Trainer:
             speed = batch.real_tokens / max(time.perf_counter() - tick, 1e-9)
             bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}", tok_s=f"{speed:,.0f}", refresh=False)
         bar.close()
+        if self.log is not None:
+            self.log(rows)
+        return rows, step, tokens
+
+    def fast_epoch(self, epoch: int, step: int, label: str) -> tuple[list[dict[str, float]], int, int]:
+        """`epoch` through `GraphedUpdates`: the same batches, the same schedule, the same curve rows, but the
+        losses stay on the device until the epoch ends (one read, not three per update)."""
+        assert self.fast is not None
+        self.model.train()
+        groups = epoch_batches(self.train, self.recipe.batch_size, self.order, self.recipe.length_group_batches)
+        trace = torch.zeros((len(groups), 3), device=self.device)  # per update: L3, L2, L1
+        rates, tokens, first = [], 0, step
+        bar = tqdm(batches(self.train, groups, self.model.regression, self.model.lm.config.n_ctx), unit="batch",
+                   total=len(groups), desc=f"finetune {label} epoch {epoch + 1}/{self.recipe.epochs}",
+                   dynamic_ncols=True)
+        for i, (positions, cpu_batch) in enumerate(bar):
+            # The rate LambdaLR would give: base lr x factor of the update's 0-based index
+            rates.append(self.recipe.lr * linear_lr_factor(step, self.warmup, self.total))
+            self.fast.update(cpu_batch, rates[-1], trace[i], full=len(positions) == self.recipe.batch_size)
+            step += 1
+            tokens += cpu_batch.real_tokens  # counted on the host copy: the device's would be a sync
+        bar.close()
+        rows = [{"step": first + i + 1, "epoch": epoch + 1, "lr": lr, "loss": total, "clf_loss": clf, "lm_loss": lm}
+                for i, (lr, (total, clf, lm)) in enumerate(zip(rates, trace.tolist(), strict=True))]
+        for row in rows:
+            if not math.isfinite(row["loss"]):
+                raise FinetuneError(f"update {row['step']}: the loss is {row['loss']}; lower finetune.lr")
         if self.log is not None:
             self.log(rows)
         return rows, step, tokens
@@ -261,6 +323,85 @@ class Trainer:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# The CUDA fast path: static shapes, CUDA graphs, no host sync per update
+
+
+def static_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> Losses:
+    """`compute_losses` without a shape that depends on the data, so that a CUDA graph can replay it: L1 over every
+    position, padding ignored through its targets (the mean over the same real tokens as `FinetuneModel.lm_loss`,
+    whose boolean indexing would give each batch a shape of its own). A GPT's: its LM head reads the states as they
+    are."""
+    states = model.states(batch)
+    clf = task_loss(model, model.task_outputs(states, batch), batch.labels)
+    targets = lm_targets(batch.tokens, batch.lengths).flatten()
+    if lm_weight:
+        lm = F.cross_entropy(model.lm.lm_head(states).flatten(0, 1), targets, ignore_index=IGNORE)
+        return Losses(clf + lm_weight * lm, clf, lm)
+    with torch.no_grad():  # λ = 0: L1 measured for the curves, without a graph
+        lm = F.cross_entropy(model.lm.lm_head(states.detach()).flatten(0, 1), targets, ignore_index=IGNORE)
+    return Losses(clf, clf, lm)
+
+
+def compile_options(device: torch.device) -> dict[str, Any]:
+    """torch.compile's arguments for the fast path: on CUDA Inductor with CUDA graphs (reduce-overhead); elsewhere
+    (a test forcing the path on a CPU) dynamo's eager backend, which traces the same code without generating any."""
+    return {"mode": "reduce-overhead"} if device.type == "cuda" else {"backend": "eager"}
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch on `device` without waiting: from pageable memory a copy to the GPU first drains the stream (a
+    host sync per update); from pinned memory it is queued like a kernel."""
+    if device.type != "cuda":
+        return batch.to(device)
+    tokens, lengths, labels = (t.pin_memory().to(device, non_blocking=True)
+                               for t in (batch.tokens, batch.lengths, batch.labels))
+    return Batch(tokens, lengths, labels, batch.per_example)
+
+
+class GraphedUpdates:
+    """Fine-tuning updates without their fixed cost (eager, an update of the paper's model paid ~30 ms of kernel
+    launches, host syncs and optimizer work whatever its size): the loss compiled (`static_losses`; on CUDA
+    Inductor's kernels replayed as CUDA graphs, one recorded per bucket length), a fused AdamW over every parameter
+    in a few kernels, capturable with its lr a device tensor filled in place, and nothing read back per update.
+    A batch smaller than the batch size (an epoch's last) takes the eager update: one shape fewer to record."""
+
+    def __init__(self, model: FinetuneModel, recipe: Recipe, device: torch.device) -> None:
+        self.model, self.recipe, self.device = model, recipe, device
+        self.dtype = resolve_precision(recipe.precision, device)
+        self.lr = torch.tensor(recipe.lr, dtype=torch.float32, device=device)
+        self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=self.lr, betas=ADAM_BETAS,
+                                           eps=ADAM_EPS, fused=True, capturable=device.type == "cuda")
+        self.losses = torch.compile(self.graph_losses, **compile_options(device))
+
+    def graph_losses(self, tokens: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor,
+                     per_example: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with autocast(self.device, self.dtype):
+            losses = static_losses(self.model, Batch(tokens, lengths, labels, per_example), self.recipe.lm_weight)
+        return losses.total, losses.clf, losses.lm
+
+    def update(self, cpu_batch: Batch, lr: float, into: torch.Tensor, full: bool) -> None:
+        """One update at rate `lr`; its L3, L2 and L1 copied into `into` on the device."""
+        for group in self.optimizer.param_groups:
+            group["lr"].fill_(lr)  # a kernel, no sync (the groups may share the one tensor)
+        batch = to_device(cpu_batch, self.device)
+        if full:
+            if self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            # One compile for every bucket length (dynamic), then one CUDA graph recorded per length
+            torch._dynamo.maybe_mark_dynamic(batch.tokens, 1)
+            total, clf, lm = self.losses(batch.tokens, batch.lengths, batch.labels, batch.per_example)
+        else:
+            with autocast(self.device, self.dtype):
+                losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
+            total, clf, lm = losses.total, losses.clf, losses.lm
+        # Copied before the backward: a graph's outputs are overwritten when it replays next
+        into.copy_(torch.stack((total.detach(), clf.detach(), lm.detach())))
+        total.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # A job: everything checked and loaded before training
 
 
@@ -283,6 +424,7 @@ class FinetuneJob:
     source: DataSource
     train_score_cap: int | None  # train metrics on at most this many training examples (finetune.max_eval_examples)
     started: float  # perf_counter at the start of prepare_job: wall_seconds covers loading too
+    graphs: bool | str = "auto"  # finetune.cuda_graphs: the CUDA fast path (Trainer); not in the record
 
 
 def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, pretrained_dir: str | Path,
@@ -325,7 +467,8 @@ def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, 
     recipe = Recipe.from_section(finetune, spec.name, chosen.lm_weight)
     eval_cap = max_eval_examples if max_eval_examples is not None else finetune["max_eval_examples"]
     return FinetuneJob(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut,
-                       train, selection, data.evals, source, eval_cap, started)
+                       train, selection, data.evals, source, eval_cap, started,
+                       finetune.get("cuda_graphs", CUDA_GRAPHS_DEFAULT))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -466,7 +609,7 @@ def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None]
           f"examples and {sum(p.truncated for p in job.evals)} of {sum(len(p.examples) for p in job.evals)} "
           f"evaluation examples truncated to n_ctx={job.model.lm.config.n_ctx}")
     seed_everything(job.seed)  # dropout masks depend on the seed only, not on what loading drew before
-    trainer = Trainer(job.model, job.recipe, job.train, job.seed, log)
+    trainer = Trainer(job.model, job.recipe, job.train, job.seed, log, job.graphs)
     trained = trainer.run(f"{job.spec.name}/{job.variant.name}", job.selection, job.spec)
     print(f"finetune: {trained.updates} updates, {trained.tokens:,} tokens in {trained.train_seconds:.1f} s "
           f"({trained.tokens / max(trained.train_seconds, 1e-9):,.0f} tokens/s)")
@@ -494,8 +637,11 @@ def finetune_run(settings: FinetuneSettings, task: str, variant: str, seed: int,
 __all__ = [
     "FinetuneJob",
     "FinetuneResult",
+    "GraphedUpdates",
+    "bucket_length",
     "finetune_job",
     "finetune_run",
     "linear_lr_factor",
     "prepare_job",
+    "static_losses",
 ]

@@ -134,12 +134,13 @@ class Batch:
 
 
 def collate(transformed: Sequence[Transformed], labels: Sequence[int | float], regression: bool,
-            pad_id: int = 0) -> Batch:
-    """Right-pad every sequence to the longest: attention is causal, so no real position ever sees padding, and
-    the extract token sits at each sequence's own last real position."""
+            pad_id: int = 0, width: int | None = None) -> Batch:
+    """Right-pad every sequence to the longest (or to `width`, when wider: a bucket's fixed length, so that a
+    CUDA graph sees few shapes): attention is causal, so no real position ever sees padding, and the extract token
+    sits at each sequence's own last real position."""
     sequences = [s for t in transformed for s in t.sequences]
     per_example = len(transformed[0].sequences)
-    longest = max(len(s) for s in sequences)
+    longest = max(max(len(s) for s in sequences), width or 0)
     tokens = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
     for row, seq in enumerate(sequences):
         tokens[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)

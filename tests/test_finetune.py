@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -486,3 +487,36 @@ def test_the_trainer_groups_batches_as_the_profile_says_and_steps_with_fused_ada
     monkeypatch.setattr(finetuning, "batches", lambda part, groups, regression: seen.extend(groups) or iter(()))
     trainer.epoch(0, 0, "test")
     assert seen == epoch_batches(job.train, job.recipe.batch_size, torch.Generator().manual_seed(0), 3)
+
+
+# ------------------------------------------------------------------------------------------ the CPU path, pinned
+
+# sha256 of a job's record (timings aside), predictions, curves and final weights, computed before the CUDA fast
+# path existed (commit 845be81): the CPU path must keep its bits whatever the fast path does.
+CPU_DIGESTS = {
+    ("sst2", "pretrained"): "0501bd151ed8a620c7a2e8df3a015796681d39927db653725446ea486aa39d08",
+    ("race", "pretrained"): "5ca2cfacef9810e75787c36b7c901be0556f0a7dbec3bf5bc967d7e3ca4ce331",
+    ("stsb", "scratch"): "7010c9eef4af4848ffb84e3f1b2a0ebc6a013e877547daaf42d2118119b9adf1",
+    ("rte", "no_aux"): "a1551527c29243e8bfc402fccafbaa4e5d24d181b86077a864e50783517e5c3f",
+    ("mrpc", "lstm"): "cbc543f41acedb5302aebcc6ee4d0089210bf21493d98eaf9d93c27f8ceaaef3",
+}
+DIGEST_SETTINGS = ("finetune.max_train_examples=20", "finetune.epochs=2", "finetune.length_group_batches=2")
+
+
+def job_digest(job: finetuning.FinetuneJob) -> str:
+    """The job trained and scored, hashed: its scores (the record's other keys name the test's temporary folders),
+    predictions, curves, then its weights."""
+    result = finetuning.finetune_job(job)
+    scores = {key: result.metrics[key] for key in ("reports", "train_metrics", "updates", "tokens", "final_loss")}
+    digest = hashlib.sha256(json.dumps([scores, result.predictions, result.curves], sort_keys=True).encode())
+    for name, tensor in sorted(job.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(("task", "variant"), sorted(CPU_DIGESTS))
+def test_the_cpu_path_keeps_its_bits(assets: Assets, task: str, variant: str) -> None:
+    folder = assets.lstm if variant == "lstm" else assets.gpt
+    job = prepare_job(finetune_settings(config(*DIGEST_SETTINGS)), task, variant, 0, folder, assets.tokenizer)
+    assert job_digest(job) == CPU_DIGESTS[task, variant]

@@ -7,21 +7,29 @@ mirror, carried in the bundle's lengths.json). From them: the fixed cost per upd
 bench/gpu_budget.py then divides by (with the peak of section a and pre-training's MFU of section b) to recompute
 the gpu profile's GPU-hours, each figure marked measured or assumed.
 
+Section e measures the eager loop (`Trainer(graphs=False)`), the one every update ran before the CUDA fast path;
+section e2 (`run_graphs`) measures that loop and the fast path (`gpt1.finetuning.GraphedUpdates`: bucketed
+shapes, CUDA graphs, capturable fused AdamW, no host sync per update) interleaved at the same shapes, and the
+GPU-hours again from the fast path's speed.
+
 On the CPU: the tiny model and tiny shapes, the same code; the figures are no GPU's."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import random
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from gpt1.config import load_config
-from gpt1.finetuning import Recipe, Trainer
+from gpt1.finetuning import Recipe, Trainer, bucket_length
 from gpt1.heads import FinetuneModel
 from gpt1.model import GPT, GPTConfig
 from gpt1.taskdata import Part
@@ -58,8 +66,8 @@ def part(task: str, examples: int, sequences: int, length: int, vocab: int) -> P
 
 
 def update_seconds(model: FinetuneModel, recipe: Recipe, data: Part, batches: int, device: torch.device) -> float:
-    """Seconds per update over `batches` updates of one epoch of the real loop, after a warm-up epoch."""
-    trainer = Trainer(model, recipe, data, seed=0)
+    """Seconds per update over `batches` updates of one epoch of the eager loop, after a warm-up epoch."""
+    trainer = Trainer(model, recipe, data, seed=0, graphs=False)
     trainer.epoch(0, 0, "warm-up")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -80,6 +88,22 @@ def flops_per_update(cfg: GPTConfig, examples: int, sequences: int, length: int,
     return examples * costs.train(each, lm_weight)
 
 
+def recipe_task(shape: str) -> str:
+    """The task whose head a shape trains: the near-empty update is MNLI's."""
+    return "mnli" if shape == "fixed" else shape
+
+
+def build(cfg: GPTConfig, finetune: dict[str, Any], task: str, examples: int,
+          device: torch.device) -> tuple[FinetuneModel, Recipe]:
+    """The paper's model (or the tiny one) with `task`'s head, seeded, and the gpu profile's recipe for it."""
+    torch.manual_seed(0)
+    lm = GPT(cfg)
+    lm.resize_token_embeddings(cfg.vocab_size + len(FINETUNE_SPECIALS))
+    spec = get_task(recipe_task(task))
+    model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(device)
+    return model, Recipe.from_section({**finetune, "batch_size": examples}, spec.name, None)
+
+
 def measure(ctx: Context, record: Record) -> dict[str, Any]:
     device = torch.device(ctx.device)
     cfg = TINY if ctx.tiny or not ctx.cuda else PAPER
@@ -87,19 +111,14 @@ def measure(ctx: Context, record: Record) -> dict[str, Any]:
     batches = 4 if ctx.cuda else 2
     found = {}
     for task, (examples, sequences, length) in shapes(ctx, cfg, finetune["batch_size"]).items():
-        torch.manual_seed(0)
-        lm = GPT(cfg)
-        lm.resize_token_embeddings(cfg.vocab_size + len(FINETUNE_SPECIALS))
-        spec = get_task("mnli" if task == "fixed" else task)
-        model = FinetuneModel(lm, spec, finetune["clf_dropout"]).to(device)
-        recipe = Recipe.from_section({**finetune, "batch_size": examples}, spec.name, None)
-        seconds = update_seconds(model, recipe, part(spec.name, examples * batches, sequences, length,
+        model, recipe = build(cfg, finetune, task, examples, device)
+        seconds = update_seconds(model, recipe, part(recipe_task(task), examples * batches, sequences, length,
                                                      cfg.vocab_size), batches, device)
         flops = flops_per_update(cfg, examples, sequences, length, recipe.lm_weight)
         found[task] = {"examples": examples, "sequences": sequences, "length": length, "ms": seconds * 1e3,
                        "tflop": flops / 1e12}
         record.update(updates=found)
-        del model, lm
+        del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return found
@@ -115,9 +134,9 @@ def fit(found: dict[str, Any], peak_tflops: float) -> dict[str, float]:
     return {"update_ms": fixed, "finetune_mfu": mfu}
 
 
-def budget(ctx: Context, measured: dict[str, Any]) -> str:
+def budget(ctx: Context, measured: dict[str, Any], name: str = "measured.json") -> str:
     """bench/gpu_budget.py on the gpu profile with these speeds (and the bundle's token counts)."""
-    path = ctx.work / "measured.json"
+    path = ctx.work / name
     write_json(path, measured)
     lengths = ctx.bundle / "lengths.json"
     if not lengths.is_file():
@@ -154,3 +173,190 @@ def run(ctx: Context) -> None:
     summary = (f"fixed {fitted['update_ms']:.1f} ms/update, fine-tuning MFU {fitted['finetune_mfu']:.1%}; "
                f"gpu profile {hours} GPU-hours" + ("" if ctx.cuda and not ctx.tiny else " (assumed speeds: rehearsal)"))
     record.save("ok", summary=summary, markdown=f"{table}\n\nbench/gpu_budget.py --profile gpu --measured:\n\n{text}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Section e2: the fast path against the eager loop
+
+GRAPHS_SECONDS = 110.0  # within the section's 120 s limit: what is measured by then is written, the rest skipped
+LEAST_SHAPE_SECONDS = 25.0  # a shape is not started with less left (its compile alone takes seconds)
+GRAPH_ORDER = ("mnli", "fixed", "qqp", "race")  # the target shape first, then what the fit needs
+ROUNDS = {"cuda": 5, "cpu": 2}  # interleaved timed epochs of each loop per shape, after a warm-up epoch each
+BATCHES = {"cuda": 4, "cpu": 2}  # updates per epoch: the warm-up's compile, first run and capture need 3
+CPU_EXAMPLES = 8  # examples per batch in the CPU rehearsal (the gpu profile's 32 on a GPU): the section's 120 s
+# Tokens per update above which the two loops are timed one after the other: RACE's 65k tokens hold ~45 GB of
+# activations and logits in each loop, and the graphs keep theirs in a pool of their own
+TOGETHER_TOKENS = 16_384
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def epoch_ms(trainer: Trainer, device: torch.device) -> float:
+    """Milliseconds per update of one epoch of `trainer`'s loop, the device drained before and after (not within:
+    the fast path's point is that the host runs ahead)."""
+    sync(device)
+    tick = time.perf_counter()
+    _, updates, _ = trainer.epoch(0, 0, "timed")
+    sync(device)
+    return (time.perf_counter() - tick) * 1e3 / updates
+
+
+def release(device: torch.device) -> None:
+    """Drop the compiled code and its CUDA graphs' memory before the next shape builds its model."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def timed_paths(makers: dict[str, Callable[[], Trainer]], rounds: int, device: torch.device) -> dict[str, Any]:
+    """Each loop's warm-up epoch (for the fast path: compile and capture), then `rounds` timed epochs of each in
+    turn, so that a drift of the machine (clocks, another process) falls on both alike."""
+    trainers = {name: make() for name, make in makers.items()}
+    warm = {name: epoch_ms(trainer, device) for name, trainer in trainers.items()}
+    times: dict[str, list[float]] = {name: [] for name in trainers}
+    for _ in range(rounds):
+        for name, trainer in trainers.items():
+            times[name].append(epoch_ms(trainer, device))
+    return {"warmup_ms": warm, "epochs_ms": times}
+
+
+def compare_shape(makers: dict[str, Callable[[], Trainer]], rounds: int, device: torch.device,
+                  together: bool) -> dict[str, Any]:
+    """Both loops interleaved; where the two together would not fit the GPU's memory (`together` False, or an
+    attempt ran out of it), one after the other."""
+    note = f"one after the other: more than {TOGETHER_TOKENS:,} tokens an update"
+    if together:
+        try:
+            return {**timed_paths(makers, rounds, device), "order": "interleaved"}
+        except torch.cuda.OutOfMemoryError as err:
+            note = f"one after the other: interleaved ran out of memory ({str(err).splitlines()[0][:100]})"
+        release(device)  # outside the handler: the failed attempt's frames and tensors are gone
+    found: dict[str, Any] = {"warmup_ms": {}, "epochs_ms": {}, "order": note}
+    for name, make in makers.items():
+        alone = timed_paths({name: make}, rounds, device)
+        found["warmup_ms"].update(alone["warmup_ms"])
+        found["epochs_ms"].update(alone["epochs_ms"])
+        release(device)
+    return found
+
+
+def graph_shape(ctx: Context, cfg: GPTConfig, finetune: dict[str, Any], task: str, shape: tuple[int, int, int],
+                device: torch.device) -> dict[str, Any]:
+    """One shape: a model, the eager loop and the fast path on it (sharing its weights: only time is measured)."""
+    examples, sequences, length = shape
+    model, recipe = build(cfg, finetune, task, examples, device)
+    batches = BATCHES[ctx.device]
+    data = part(recipe_task(task), examples * batches, sequences, length, cfg.vocab_size)
+    makers = {"today": lambda: Trainer(model, recipe, data, seed=0, graphs=False),
+              "graphs": lambda: Trainer(model, recipe, data, seed=0, graphs=True)}
+    found = compare_shape(makers, ROUNDS[ctx.device], device, examples * sequences * length <= TOGETHER_TOKENS)
+    ms = {name: statistics.median(times) for name, times in found["epochs_ms"].items()}
+    return {"examples": examples, "sequences": sequences, "length": length,
+            "bucket": bucket_length(length, cfg.n_ctx), "tflop": flops_per_update(cfg, examples, sequences, length,
+                                                                                  recipe.lm_weight) / 1e12,
+            "today_ms": ms["today"], "graphs_ms": ms["graphs"],
+            "graphs_warmup_s": found["warmup_ms"]["graphs"] * batches / 1e3, **found}
+
+
+def dynamo_counters() -> dict[str, Any]:
+    """What says whether the graphs ran as meant: graph breaks, and the times Inductor skipped CUDA graphs."""
+    from torch._dynamo.utils import counters
+
+    return {"graph_breaks": sum(counters["graph_break"].values()),
+            "cudagraph_skips": counters["inductor"].get("cudagraph_skips", 0),
+            "break_reasons": sorted(counters["graph_break"])[:5]}
+
+
+def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
+    """Shape by shape, each written up at once (the fit and the GPU-hours too, from the second on): a time-out
+    keeps what was measured before it."""
+    device = torch.device(ctx.device)
+    cfg = TINY if ctx.tiny or not ctx.cuda else PAPER
+    finetune = load_config(REPO / "params.yaml", "gpu").section("finetune")
+    all_shapes = shapes(ctx, cfg, finetune["batch_size"] if ctx.cuda else CPU_EXAMPLES)
+    found: dict[str, Any] = {}
+    for index, task in enumerate(GRAPH_ORDER):
+        if deadline - time.monotonic() < LEAST_SHAPE_SECONDS:
+            found[task] = {"skipped": f"the section's {GRAPHS_SECONDS:.0f} s were spent"}
+            record.update(updates=found)
+            continue
+        try:
+            found[task] = graph_shape(ctx, cfg, finetune, task, all_shapes[task], device)
+        except Exception as err:  # one shape's failure (a compile error) must not lose the others' figures
+            found[task] = {"failed": f"{type(err).__name__}: {str(err).strip()[:300]}"}
+        release(device)
+        record.update(updates=found, counters=dynamo_counters())
+        if index:  # the fit needs two shapes
+            write_up(ctx, record, found)
+    if "skipped" in found[GRAPH_ORDER[-1]]:  # the write-up after the last shape measured did not list these
+        write_up(ctx, record, found)
+
+
+def graphs_fit(found: dict[str, Any], peak: float) -> dict[str, float] | None:
+    """`fit` on the fast path's times (None without the near-empty update and one other shape)."""
+    done = {t: {"ms": x["graphs_ms"], "tflop": x["tflop"]} for t, x in found.items() if "graphs_ms" in x}
+    return fit(done, peak) if "fixed" in done and len(done) > 1 else None
+
+
+def compile_hours(text: str, seconds: float) -> str:
+    """The fast path's compile and capture, which bench/gpu_budget.py does not count: once per fine-tuning job."""
+    jobs = sum(int(line.split("|")[2]) for line in text.splitlines()
+               if line.startswith(("| finetune", "| ablation_", "| layers")) and line.split("|")[2].strip())
+    return (f"compile and capture: {seconds:.0f} s at a job's start, not in the estimate above: {jobs} fine-tuning "
+            f"jobs x {seconds:.0f} s = {jobs * seconds / 3600:.2f} GPU-hours where nothing else fills the GPU then")
+
+
+def graphs_table(found: dict[str, Any], peak: float) -> str:
+    rows = []
+    for task, x in found.items():
+        if "graphs_ms" not in x:
+            rows.append([task, "", "", "", "", "", "", x.get("skipped") or x.get("failed", "")])
+            continue
+        rows.append([task, x["examples"], f"{x['sequences']} x {x['length']} -> {x['bucket']}", f"{x['tflop']:.3f}",
+                     f"{x['today_ms']:.1f}", f"{x['graphs_ms']:.1f}", f"{x['today_ms'] / x['graphs_ms']:.2f}x",
+                     f"MFU {x['tflop'] / max(x['graphs_ms'] / 1e3, 1e-9) / peak:.1%}; compile+capture "
+                     f"{x['graphs_warmup_s']:.0f} s; {x['order']}"])
+    return md_table(["shape", "examples", "sequences x tokens -> bucket", "TFLOP", "eager ms/update",
+                     "graphs ms/update", "speed-up", "notes"], rows)
+
+
+def run_graphs(ctx: Context) -> None:
+    """Section e2: ms per update (median of the interleaved epochs) of the eager loop and of the fast path at the
+    gpu profile's shapes, the fit of the fast path's fixed cost and MFU, and the gpu profile's GPU-hours from it."""
+    record = Record(ctx, "finetune_graphs")
+    measure_graphs(ctx, record, time.monotonic() + min(GRAPHS_SECONDS, max(ctx.remaining() - 5.0, 0.0)))
+
+
+def write_up(ctx: Context, record: Record, found: dict[str, Any]) -> None:
+    """The record's fit, GPU-hours, summary and tables from the shapes measured so far."""
+    hardware = (ctx.read_record("hardware") or {}).get("data", {})
+    speed = (ctx.read_record("speed") or {}).get("data", {})
+    peak = hardware.get("matmul_peak_tflops") or 1.0
+    gpu = ctx.cuda and not ctx.tiny
+    fitted = graphs_fit(found, peak)
+    text, hours = "skipped: no fit (the near-empty update and one other shape are needed)", "?"
+    if fitted is not None:
+        ours = next((v for v in speed.get("variants", []) if v["name"].startswith("ours")), {})
+        source = f"{hardware.get('gpu', 'CPU rehearsal, not a GPU figure')}, {dt.date.today().isoformat()}, " \
+                 "fine-tuning through CUDA graphs"
+        measured = {"source": source, "peak_tflops": hardware.get("matmul_peak_tflops") if ctx.cuda else None,
+                    "mfu": ours.get("mfu") if gpu else None, **(fitted if gpu else {})}
+        record.update(fit=fitted, measured=measured)
+        text = budget(ctx, measured, "measured_graphs.json")
+        total = next((line for line in text.splitlines() if line.startswith("| **total**")), "")
+        hours = total.split("**")[-2] if total.count("**") >= 4 else "?"
+        if "| finetune" in text and "mnli" in found and "graphs_warmup_s" in found["mnli"]:
+            text += "\n\n" + compile_hours(text, found["mnli"]["graphs_warmup_s"])
+    record.update(budget=text)
+    mnli = found.get("mnli", {})
+    head = (f"MNLI {mnli['today_ms']:.1f} -> {mnli['graphs_ms']:.1f} ms/update" if "graphs_ms" in mnli
+            else f"MNLI {next(iter(mnli.values()), 'not measured')}")
+    fixed = f", fixed cost {fitted['update_ms']:.1f} ms" if fitted else ""
+    summary = (f"{head}{fixed}; gpu profile {hours} GPU-hours" +
+               ("" if gpu else " (CPU rehearsal: no GPU's figures, assumed speeds)"))
+    markdown = (f"{graphs_table(found, peak)}\n\nbench/gpu_budget.py --profile gpu --measured (fast path):\n\n{text}")
+    record.save("ok" if "graphs_ms" in mnli else "failed", summary=summary, markdown=markdown)

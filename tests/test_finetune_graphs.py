@@ -1,0 +1,164 @@
+"""The CUDA fast path of fine-tuning (gpt1.finetuning.GraphedUpdates) where a CPU can check it: the bucket lengths,
+collation to a bucket, the static-shape loss against the eager one, the switch (a CPU keeps the eager loop unless
+forced; tests/test_finetune.py's digests keep its bits), the forced loop on a CPU through dynamo, and section e2
+of bench/gpu_check.py (`run_graphs`) rehearsed as its `section` command runs it."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt1.finetuning import GraphedUpdates, Recipe, Trainer, batches, bucket_length, static_losses, uses_graphs
+from gpt1.heads import FinetuneModel, collate, compute_losses
+from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
+from gpt1.taskdata import Part
+from gpt1.tasks import Example, LoadedSplit, Transformed, get_task
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = 100
+CPU = torch.device("cpu")
+
+
+def model_for(task: str, dropout: float = 0.0) -> FinetuneModel:
+    torch.manual_seed(0)
+    lm = GPT(GPTConfig(vocab_size=VOCAB, n_ctx=64, n_embd=32, n_layer=2, n_head=2))
+    set_dropout(lm, dropout)
+    return FinetuneModel(lm, get_task(task), dropout)
+
+
+def part_for(task: str, n: int, seed: int = 0) -> Part:
+    """`n` examples of `task`'s shape (its sequences per example, its labels) with random ids of random lengths."""
+    rng, spec = random.Random(seed), get_task(task)
+    sequences = {"similarity": 2, "multiple_choice": 4}.get(spec.kind, 1)
+    labels = [rng.uniform(0, 5) if spec.encoding == "float" else
+              rng.randrange(sequences if spec.kind == "multiple_choice" else spec.num_labels) for _ in range(n)]
+    transformed = [Transformed([[rng.randrange(VOCAB) for _ in range(rng.randrange(3, 50))] for _ in range(sequences)],
+                               False) for _ in range(n)]
+    return Part(LoadedSplit([Example(("x",), y, None, i) for i, y in enumerate(labels)], n, 0, 0), transformed,
+                "train", None)
+
+
+RECIPE = Recipe(lr=1e-3, batch_size=8, epochs=2, warmup_fraction=0.1, lm_weight=0.5, weight_decay=0.01,
+                eval_batch_size=16)
+
+
+# ------------------------------------------------------------------------------------------------ buckets
+
+
+def test_bucket_lengths_are_few_and_pad_little() -> None:
+    lengths = {longest: bucket_length(longest, 512) for longest in range(1, 513)}
+    assert len(set(lengths.values())) == 32 and max(lengths.values()) == 512
+    assert all(bucket >= longest and bucket % 8 == 0 for longest, bucket in lengths.items())
+    assert max(bucket - longest for longest, bucket in lengths.items() if longest <= 64) == 7
+    assert max((bucket - longest) / longest for longest, bucket in lengths.items() if longest > 64) <= 0.125
+    assert [bucket_length(n, 512) for n in (48, 49, 65, 129, 300)] == [48, 56, 72, 144, 320]
+    assert bucket_length(60, 60) == 60 and bucket_length(57, 60) == 60  # never past the context
+
+
+def test_collation_pads_to_the_bucket_and_keeps_every_real_token() -> None:
+    part = part_for("qqp", 8)
+    plain = collate(part.transformed, [e.label for e in part.examples], False)
+    padded = collate(part.transformed, [e.label for e in part.examples], False, width=64)
+    assert padded.tokens.shape == (16, 64) and plain.tokens.shape[1] < 64
+    assert torch.equal(padded.tokens[:, : plain.tokens.shape[1]], plain.tokens)
+    assert not padded.tokens[:, plain.tokens.shape[1]:].any()  # pad id 0
+    assert torch.equal(padded.lengths, plain.lengths) and padded.real_tokens == plain.real_tokens
+    narrower = collate(part.transformed, [e.label for e in part.examples], False, width=4)
+    assert torch.equal(narrower.tokens, plain.tokens)  # a width below the longest changes nothing
+    (_, bucketed), = batches(part, [list(range(8))], False, n_ctx=64)
+    assert bucketed.tokens.shape[1] == bucket_length(plain.tokens.shape[1], 64)
+
+
+@pytest.mark.parametrize(("task", "lm_weight"), [("mnli", 0.5), ("qqp", 0.5), ("race", 0.5), ("stsb", 0.5),
+                                                 ("sst2", 0.0)])
+def test_the_static_loss_with_bucket_padding_is_the_eager_loss(task: str, lm_weight: float) -> None:
+    model = model_for(task).eval()
+    part = part_for(task, 6)
+    labels, regression = [e.label for e in part.examples], model.regression
+    eager, _ = compute_losses(model, collate(part.transformed, labels, regression), lm_weight)
+    static = static_losses(model, collate(part.transformed, labels, regression, width=64), lm_weight)
+    for name in ("total", "clf", "lm"):
+        torch.testing.assert_close(getattr(static, name), getattr(eager, name), rtol=1e-5, atol=1e-6)
+    assert static.total.requires_grad and static.lm.requires_grad == bool(lm_weight)
+
+
+# ------------------------------------------------------------------------------------------------ the switch
+
+
+def test_auto_is_the_fast_path_on_cuda_only_and_for_a_gpt_only() -> None:
+    gpt = model_for("mnli")
+    lstm = FinetuneModel(LSTMLM(LSTMConfig(vocab_size=VOCAB, n_ctx=64, n_embd=16, hidden_size=16)),
+                         get_task("mnli"), 0.1)
+    cuda = torch.device("cuda")
+    assert uses_graphs("auto", cuda, gpt) and not uses_graphs("auto", CPU, gpt)
+    assert uses_graphs(True, CPU, gpt) and not uses_graphs(False, cuda, gpt) and not uses_graphs(True, cuda, lstm)
+    trainer = Trainer(gpt, RECIPE, part_for("mnli", 8), 0)
+    assert trainer.fast is None and isinstance(trainer.scheduler, torch.optim.lr_scheduler.LambdaLR)
+
+
+def test_the_fast_loop_forced_on_a_cpu_trains_as_the_eager_one() -> None:
+    """Without dropout the two loops see the same batches at the same rates: the curves agree to float rounding
+    (L1's mean over the same tokens, in another order), the last batch (4 of 20) takes the eager update."""
+    data = part_for("mnli", 20)
+    curves, weights = {}, {}
+    for graphs in (False, True):
+        model = model_for("mnli")
+        trainer = Trainer(model, RECIPE, data, 0, graphs=graphs)
+        assert (trainer.fast is not None) == graphs
+        rows, step, _ = trainer.epoch(0, 0, "test")
+        more, step, tokens = trainer.epoch(1, step, "test")
+        curves[graphs], weights[graphs] = rows + more, model.head.linear.weight.detach().clone()
+        assert step == 6 and tokens == sum(len(t.sequences[0]) for t in data.transformed)
+    assert isinstance(Trainer(model_for("mnli"), RECIPE, data, 0, graphs=True).fast, GraphedUpdates)
+    assert [{k: r[k] for k in ("step", "epoch", "lr")} for r in curves[True]] == \
+        [{k: r[k] for k in ("step", "epoch", "lr")} for r in curves[False]]
+    for fast, eager in zip(curves[True], curves[False], strict=True):
+        assert list(fast) == list(eager)
+        assert fast["loss"] == pytest.approx(eager["loss"], rel=1e-5)
+    torch.testing.assert_close(weights[True], weights[False], rtol=1e-4, atol=1e-6)
+
+
+def test_the_fast_loop_stops_on_a_loss_that_is_not_finite() -> None:
+    from gpt1.errors import FinetuneError
+
+    model = model_for("mnli")
+    with torch.no_grad():
+        model.head.linear.weight.fill_(float("nan"))
+    with pytest.raises(FinetuneError, match=r"update 1: the loss is nan; lower finetune.lr"):
+        Trainer(model, RECIPE, part_for("mnli", 8), 0, graphs=True).epoch(0, 0, "test")
+
+
+# ------------------------------------------------------------------------------------------------ section e2
+
+
+def test_section_e2_rehearses_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run_graphs` in a Context loaded from its folder, as `bench/gpu_check.py section finetune_graphs` runs it."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    from gpu.env import Context
+
+    work = tmp_path / "work"
+    Context(out=tmp_path / "out", work=work, bundle=tmp_path / "bundle", device="cpu", tiny=True,
+            started=time.time(), budget_s=720.0).save()
+    ctx = Context.load(work)
+    import gpu_check
+
+    if "finetune_graphs" in gpu_check.RUNS:  # registered: through the section command itself
+        assert gpu_check.main(["section", "finetune_graphs", "--work", str(work)]) == 0
+    else:
+        from gpu.finetune_speed import run_graphs
+
+        run_graphs(ctx)
+    record = json.loads(ctx.record("finetune_graphs").read_text())
+    assert record["status"] == "ok", record
+    updates = record["data"]["updates"]
+    assert list(updates) == ["mnli", "fixed", "qqp", "race"]
+    for shape in updates.values():
+        assert shape["today_ms"] > 0 and shape["graphs_ms"] > 0 and shape["bucket"] >= shape["length"]
+        assert len(shape["epochs_ms"]["today"]) == len(shape["epochs_ms"]["graphs"]) == 2
+    assert record["data"]["counters"]["graph_breaks"] == 0
+    assert "no GPU's figures" in record["summary"] and "| mnli | 8 |" in record["markdown"]
