@@ -57,6 +57,7 @@ from gpt1.heads import (
     FinetuneModel,
     Losses,
     Transfer,
+    _lm_logits,
     add_specials,
     collate,
     compute_losses,
@@ -206,10 +207,10 @@ class Trained:
     selection: dict[str, Any] | None
 
 
-def uses_graphs(setting: bool | str, device: torch.device, model: FinetuneModel) -> bool:
+def uses_graphs(setting: bool | str, device: torch.device) -> bool:
     """Whether a job trains through `GraphedUpdates`: finetune.cuda_graphs (auto: on CUDA only, so that a CPU run
-    keeps its bits), and a GPT (the LSTM's cuDNN recurrence stays on the eager loop)."""
-    return resolve_compile(setting, device) and isinstance(model.lm, GPT)
+    keeps its bits)."""
+    return resolve_compile(setting, device)
 
 
 class Trainer:
@@ -223,7 +224,7 @@ class Trainer:
         self.total = recipe.epochs * self.steps_per_epoch
         self.warmup = round(recipe.warmup_fraction * self.total)
         self.device = next(model.parameters()).device
-        self.fast = GraphedUpdates(model, recipe, self.device) if uses_graphs(graphs, self.device, model) else None
+        self.fast = GraphedUpdates(model, recipe, self.device) if uses_graphs(graphs, self.device) else None
         if self.fast is not None:
             self.optimizer, self.scheduler = self.fast.optimizer, None  # the fast path sets its lr tensor itself
         else:
@@ -312,6 +313,8 @@ class Trainer:
                 scores.append(value)
                 if best is None or value > best[0]:
                     best = (value, epoch + 1, copy.deepcopy(self.model.state_dict()))
+        if self.fast is not None:
+            self.fast.close()
         selection = None
         if best is not None:
             self.model.load_state_dict(best[2])
@@ -329,16 +332,16 @@ class Trainer:
 def static_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> Losses:
     """`compute_losses` without a shape that depends on the data, so that a CUDA graph can replay it: L1 over every
     position, padding ignored through its targets (the mean over the same real tokens as `FinetuneModel.lm_loss`,
-    whose boolean indexing would give each batch a shape of its own). A GPT's: its LM head reads the states as they
-    are."""
+    whose boolean indexing would give each batch a shape of its own, and cost a host sync)."""
     states = model.states(batch)
     clf = task_loss(model, model.task_outputs(states, batch), batch.labels)
     targets = lm_targets(batch.tokens, batch.lengths).flatten()
+    # The LM's logits as heads' L1 reads them (the LSTM's own dropout first), at every position
     if lm_weight:
-        lm = F.cross_entropy(model.lm.lm_head(states).flatten(0, 1), targets, ignore_index=IGNORE)
+        lm = F.cross_entropy(_lm_logits(model.lm, states).flatten(0, 1), targets, ignore_index=IGNORE)
         return Losses(clf + lm_weight * lm, clf, lm)
     with torch.no_grad():  # λ = 0: L1 measured for the curves, without a graph
-        lm = F.cross_entropy(model.lm.lm_head(states.detach()).flatten(0, 1), targets, ignore_index=IGNORE)
+        lm = F.cross_entropy(_lm_logits(model.lm, states.detach()).flatten(0, 1), targets, ignore_index=IGNORE)
     return Losses(clf, clf, lm)
 
 
@@ -363,7 +366,9 @@ class GraphedUpdates:
     launches, host syncs and optimizer work whatever its size): the loss compiled (`static_losses`; on CUDA
     Inductor's kernels replayed as CUDA graphs, one recorded per bucket length), a fused AdamW over every parameter
     in a few kernels, capturable with its lr a device tensor filled in place, and nothing read back per update.
-    A batch smaller than the batch size (an epoch's last) takes the eager update: one shape fewer to record."""
+    A batch smaller than the batch size (an epoch's last) takes the eager update: one shape fewer to record.
+    The LSTM's loss is not compiled (dynamo leaves recurrent modules out of its graphs; its update launches few
+    kernels, cuDNN's recurrence among them): it keeps the rest, the updates without a host sync."""
 
     def __init__(self, model: FinetuneModel, recipe: Recipe, device: torch.device) -> None:
         self.model, self.recipe, self.device = model, recipe, device
@@ -371,7 +376,9 @@ class GraphedUpdates:
         self.lr = torch.tensor(recipe.lr, dtype=torch.float32, device=device)
         self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=self.lr, betas=ADAM_BETAS,
                                            eps=ADAM_EPS, fused=True, capturable=device.type == "cuda")
-        self.losses = torch.compile(self.graph_losses, **compile_options(device))
+        compiled = isinstance(model.lm, GPT)
+        self.losses = torch.compile(self.graph_losses, **compile_options(device)) if compiled else self.graph_losses
+        self.cudagraphs = compiled and device.type == "cuda"
 
     def graph_losses(self, tokens: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor,
                      per_example: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -385,7 +392,7 @@ class GraphedUpdates:
             group["lr"].fill_(lr)  # a kernel, no sync (the groups may share the one tensor)
         batch = to_device(cpu_batch, self.device)
         if full:
-            if self.device.type == "cuda":
+            if self.cudagraphs:
                 torch.compiler.cudagraph_mark_step_begin()
             # One compile for every bucket length (dynamic), then one CUDA graph recorded per length
             torch._dynamo.maybe_mark_dynamic(batch.tokens, 1)
@@ -399,6 +406,12 @@ class GraphedUpdates:
         total.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def close(self) -> None:
+        """Drop the compiled code and its CUDA graphs (and their memory) once training ends: the layers stage runs 13
+        jobs in one process, whose graphs would otherwise pile up, each job recompiling (its guards name its own
+        model) until dynamo's limit of recompiles sends the rest to the eager loop."""
+        torch._dynamo.reset()
 
 
 # ----------------------------------------------------------------------------------------------------------------

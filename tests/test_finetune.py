@@ -520,3 +520,18 @@ def test_the_cpu_path_keeps_its_bits(assets: Assets, task: str, variant: str) ->
     folder = assets.lstm if variant == "lstm" else assets.gpt
     job = prepare_job(finetune_settings(config(*DIGEST_SETTINGS)), task, variant, 0, folder, assets.tokenizer)
     assert job_digest(job) == CPU_DIGESTS[task, variant]
+
+
+def test_a_job_takes_the_fast_path_only_where_asked_and_it_runs_whole(assets: Assets) -> None:
+    """The profile's finetune.cuda_graphs (absent: auto, CUDA only) reaches the trainer; forced on a CPU the job
+    trains through dynamo (tests/test_finetune_graphs.py) and writes the same record, curves and predictions."""
+    job = prepare_job(finetune_settings(config(*DIGEST_SETTINGS)), "sst2", "pretrained", 0, assets.gpt,
+                      assets.tokenizer)
+    assert job.graphs == finetuning.CUDA_GRAPHS_DEFAULT == "auto"
+    eager = finetuning.finetune_job(job)
+    forced = prepare_job(finetune_settings(config(*DIGEST_SETTINGS)), "sst2", "pretrained", 0, assets.gpt,
+                         assets.tokenizer)
+    fast = finetuning.finetune_job(dataclasses.replace(forced, graphs=True))
+    assert set(fast.metrics) == set(eager.metrics) and len(fast.predictions) == len(eager.predictions)
+    assert [list(r) for r in fast.curves] == [list(r) for r in eager.curves]
+    assert [r["lr"] for r in fast.curves] == [r["lr"] for r in eager.curves]
