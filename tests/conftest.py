@@ -54,6 +54,17 @@ def _pinned_process() -> None:
     numerics.apply(True, 1)
 
 
+@pytest.fixture
+def products_on_torch():
+    """For a test about something else that multiplies in bf16 on the CPU (which the pinned mode refuses): its
+    matrix products on torch's own kernels while it runs."""
+    from gpt1 import cpu_matmul
+
+    cpu_matmul.disable()
+    yield
+    cpu_matmul.enable()
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
     """30 synthetic stories (24 train, 6 validation, ~25k tokens), a 200-merge `fast` BPE, and their ids."""

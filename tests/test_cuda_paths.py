@@ -332,6 +332,7 @@ def test_bench_report_on_cuda_has_mfu_over_the_measured_peak_and_names_the_gpu(
     assert "measured bf16 matmul peak" in text
 
 
+@pytest.mark.usefixtures("products_on_torch")
 def test_bench_matmul_peak_counts_two_n_cubed_flops_per_product(
     train_step: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
