@@ -98,11 +98,12 @@ def test_configure_device_turns_tf32_on_for_cuda_only(float32_settings: None) ->
     assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("high", True)
 
 
-def test_attention_prefers_flash_then_cudnn_then_efficient_then_math_on_cuda() -> None:
+def test_attention_prefers_the_kernels_whose_dropout_is_p_on_cuda() -> None:
+    """cuDNN, then memory-efficient, then flash (its dropout is 26/256 for p = 0.1), then math."""
     from torch.nn.attention import SDPBackend
 
-    assert runtime.attention_backends(CUDA) == [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                                                 SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    assert runtime.attention_backends(CUDA) == [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                                                 SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
     assert runtime.attention_backends(CPU) == []
     assert isinstance(runtime.attention_kernels(CPU), contextlib.nullcontext)
 

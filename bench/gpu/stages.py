@@ -1,7 +1,7 @@
 """Section c: every CUDA path of the stages, for real, at a small size, through the gpt1 CLI (`python -m gpt1`), on
 the bundle's CPU-stage outputs (bench/gpu_bundle/data: tokenizer, ids, encoded tasks):
 
-* pre-training (bf16 autocast, torch.compile, SDPA with flash first, fused AdamW on CUDA: the profile's `auto`),
+* pre-training (bf16 autocast, torch.compile, SDPA with cuDNN first, fused AdamW on CUDA: the profile's `auto`),
   killed with SIGKILL after its first resumable checkpoint, then the same command again, which resumes;
 * fine-tuning through each of the four input transformations (sst2, rte, stsb, story_cloze), zero-shot scoring
   and the export to transformers, side by side;
@@ -297,7 +297,7 @@ def markdown(data: dict[str, Any], rows: list[list[str]]) -> str:
                  f"{res['device']}"]]
     notes = [f"MLflow runs by stage: {ml['runs']}; registered model versions: {ml['registered_versions']}",
              f"pre-training's MLflow params: {ml['pretrain_params']} (fused AdamW follows the device: "
-             f"gpt1.pretrain.prepare; flash attention: SDPA under gpt1.runtime.attention_kernels, flash first; "
+             f"gpt1.pretrain.prepare; attention: SDPA under gpt1.runtime.attention_kernels, cuDNN first; "
              f"section b's profile names the kernel)"]
     head = ["stage", "transformation", "seconds", "status", "outputs"]
     return md_table(head, [*pretrain, *rows]) + "\n\n" + "\n".join(f"- {n}" for n in notes)
