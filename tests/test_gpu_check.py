@@ -70,14 +70,19 @@ def test_sections_default_to_issue_43s_and_all_names_every_one() -> None:
     assert gpu_check.BUDGET["cuda"] <= 540 and max(gpu_check.LIMITS["cuda"].values()) < gpu_check.BUDGET["cuda"]
 
 
-def test_commit_comes_from_git_here_and_from_the_bundle_where_no_git_travelled(tmp_path: Path, monkeypatch) -> None:
+def test_commit_comes_from_the_bundle_and_says_where_the_trees_git_disagrees(tmp_path: Path, monkeypatch) -> None:
+    """The device tool's copy of the tree carries the .git of the session's start (a stale HEAD), so the commit the
+    bundle was prepared at comes first; git's only where no bundle names one."""
     from gpu import env
 
     here = env.git_commit()
     assert here and len(here.removesuffix("-dirty")) == 40
-    assert env.write_commit(tmp_path) == here and env.commit(tmp_path) == here
-    monkeypatch.setattr(env, "git_commit", lambda: None)  # the GPU machine's copy of the tree, without .git
-    assert env.commit(tmp_path) == f"{here} (as prepared; no git checkout here)"
+    assert env.commit(tmp_path) == here  # nothing prepared: git's
+    assert env.write_commit(tmp_path) == here and env.commit(tmp_path) == f"{here} (as prepared)"
+    monkeypatch.setattr(env, "git_commit", lambda: "0" * 40)  # a stale HEAD
+    assert env.commit(tmp_path) == f"{here} (as prepared; the .git here says {'0' * 40})"
+    monkeypatch.setattr(env, "git_commit", lambda: None)  # no .git at all
+    assert env.commit(tmp_path) == f"{here} (as prepared)"
     assert env.commit(tmp_path / "none").startswith("unknown (no git checkout, and no commit.txt")
 
 
@@ -111,8 +116,8 @@ def test_host_probe_rehearsal_compares_with_the_amd_file_and_the_report_names_ma
     # Provenance, though section a did not run: the machine and the commit
     header = (out / "report.md").read_text().split("## ")[0]
     assert f"CPU {env.cpu_model()}" in header and "no GPU (device cpu)" in header
-    assert f"commit: {env.git_commit()}" in header and "unknown" not in header
-    assert results["machine"]["commit"] == env.git_commit() and results["machine"]["host"]
+    assert f"commit: {env.git_commit()} (as prepared)" in header and "unknown" not in header
+    assert results["machine"]["commit"] == f"{env.git_commit()} (as prepared)" and results["machine"]["host"]
 
 
 def test_dropout_rehearsal_measures_the_math_backends_rate_within_its_standard_error(tmp_path: Path) -> None:

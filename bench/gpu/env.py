@@ -135,20 +135,25 @@ def write_commit(bundle: Path) -> str:
 
 
 def commit(bundle: Path) -> str:
-    """The commit that runs: git's in a checkout, else the one the bundle was prepared at."""
-    if (found := git_commit()) is not None:
-        return found
+    """The commit that runs: the one the bundle was prepared at (the device tool's copy of the tree carries the .git
+    of the session's start, whose HEAD is stale: seen on 2026-11-27), saying where git disagrees; git's where no
+    bundle names one."""
     path = bundle / COMMIT_FILE
-    if path.is_file() and (text := path.read_text().strip()):
-        return f"{text} (as prepared; no git checkout here)"
+    prepared = path.read_text().strip() if path.is_file() else ""
+    found = git_commit()
+    if prepared:
+        stale = f"; the .git here says {found}" if found is not None and found != prepared else ""
+        return f"{prepared} (as prepared{stale})"
+    if found is not None:
+        return found
     return "unknown (no git checkout, and no commit.txt in the bundle: run --prepare)"
 
 
 def cpu_model() -> str:
     """The processor's name as /proc/cpuinfo gives it (what the numerics probe names a host by)."""
-    from gpt1.numerics import _cpuinfo  # no torch: the orchestrator stays light
+    from gpt1.numerics import processor  # no torch: the orchestrator stays light
 
-    return _cpuinfo()[0]
+    return processor()
 
 
 def gpu_name(device: str) -> str:
