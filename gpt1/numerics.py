@@ -1,4 +1,6 @@
-"""What decides the bits of a CPU run, pinned so that every x86-64 host with AVX2 computes the same bytes.
+"""What decides the bits of a CPU run, pinned so that x86-64 hosts with AVX2 and FMA compute the same bytes: shown
+for every operation on two AMD EPYCs (Zen 3 and Zen 5), and for all but torch's AdamW update on an Intel Xeon, where
+that update gives other bits (so whole runs differ between AMD and Intel: issue 42, BENCHMARKS.md "GPU" 2026-11-27).
 
 Measured (`bench/pinning.py`, BENCHMARKS.md "Pinned kernels"): the same training step gives other bits when the
 instruction set of ATen's kernels, of MKL's matrix products or of oneDNN changes, and when the number of threads
@@ -163,17 +165,29 @@ def note_upstream(own: Numerics, record: Any, what: str) -> None:
 HOST_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
-def _cpuinfo() -> tuple[str, set[str]]:
-    """The processor's model name and flags (Linux), else the platform's name and no flags."""
-    import platform
-
+def _cpu_fields() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (Linux), else none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             fields = dict(line.split(":", 1) for line in handle.read().split("\n\n")[0].splitlines() if ":" in line)
     except OSError:
+        return {}
+    return {k.strip(): v.strip() for k, v in fields.items()}
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    """The processor's model name and flags (Linux), else the platform's name and no flags."""
+    import platform
+
+    fields = _cpu_fields()
+    if not fields:
         return platform.processor() or platform.machine(), set()
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
     return fields.get("model name", platform.machine()), set(fields.get("flags", "").split())
+
+
+def vendor() -> str:
+    """The processor's vendor as the CPU names itself (GenuineIntel, AuthenticAMD), or "unknown"."""
+    return _cpu_fields().get("vendor_id", "unknown")
 
 
 def processor() -> str:
@@ -212,4 +226,5 @@ __all__ = [
     "processor",
     "torch_version",
     "upstream_note",
+    "vendor",
 ]

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import yaml
@@ -82,9 +83,9 @@ def mlflow_server_command(action: str, state: Path, *options: str) -> subprocess
                           timeout=600)
 
 
-# Every output of the smoke pipeline but its logs, as tests/test_workflow.py's run gave them (its
-# test_outputs_equal_the_committed_ones rewrites the file when asked to).
+# Every output of the smoke pipeline but its logs, as tools/smoke_digests.py wrote them, and the host it ran on
 COMMITTED_DIGESTS = Path(__file__).with_name("fixtures") / "smoke_digests.json"
+DIGESTS_HOST = Path(__file__).with_name("fixtures") / "smoke_digests_host.json"
 
 
 def output_digests(root: Path) -> dict[str, str]:
@@ -92,6 +93,33 @@ def output_digests(root: Path) -> dict[str, str]:
     results = root / "results" / "smoke"
     return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}
+
+
+def other_vendor() -> str | None:
+    """Why this host cannot be held to the committed digests, or None. Issue 42's interim rule: the pinned mode gives
+    AMD and Intel hosts the same bits but for torch's AdamW (measured on an Intel Xeon on 2026-11-27: BENCHMARKS.md
+    "GPU"), so the digests hold on hosts of the vendor that wrote them; the others skip the comparison, saying why."""
+    from gpt1.numerics import processor, vendor
+
+    written = json.loads(DIGESTS_HOST.read_text())
+    if vendor() == written["vendor"]:
+        return None
+    return (f"the smoke digests were written on {written['processor']} ({written['vendor']}); this host is "
+            f"{processor()} ({vendor()}), where torch's AdamW updates give other bits (issue 42, BENCHMARKS.md GPU "
+            f"2026-11-27): the comparison runs on {written['vendor']} hosts until that is fixed")
+
+
+def assert_outputs_committed(root: Path, job: str = "") -> None:
+    """`outputs_not_committed` is [], on a host the digests hold for; elsewhere a warning says why not compared."""
+    reason = other_vendor()
+    if reason is not None:
+        warnings.warn(reason, stacklevel=2)
+        return
+    differing = outputs_not_committed(root, job)
+    from gpt1.numerics import processor
+
+    assert differing == [], (f"on {processor()}: {len(differing)} outputs changed, appeared or went missing, the "
+                             f"first {differing[0]}; e.g. {differing[:12]}")
 
 
 def outputs_not_committed(root: Path, job: str = "") -> list[str]:

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pipeline_repo import SNAKEMAKE, outputs_not_committed, smoke_checkout, user_env
+from pipeline_repo import SNAKEMAKE, assert_outputs_committed, smoke_checkout, user_env
 
 FIRST = "finetune/sst2/pretrained/0"
 AFTER = ("finetune/rte/pretrained/0", "finetune/cola/scratch/0")  # the jobs that meet the full disk
@@ -83,7 +83,7 @@ def test_a_full_disk_mid_fan_out_fails_in_one_line_and_the_rerun_completes_with_
     rerun = snakemake(root, env, "--cores", "2", *targets(FIRST, *AFTER))
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     for job in (FIRST, *AFTER):
-        assert outputs_not_committed(root, job) == [], job
+        assert_outputs_committed(root, job)
 
 
 def start_snakemake(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
@@ -130,7 +130,7 @@ def test_two_pipelines_at_once_share_the_checkout_and_the_store_and_a_true_colli
     assert "Select jobs to execute" not in said  # refused before planning any job
 
     results = root / "results"
-    assert outputs_not_committed(root, job) == []
+    assert_outputs_committed(root, job)
     recipes = {p: json.loads((results / p / job / "metrics.json").read_text())["recipe"]["lr"]
                for p in ("smoke", "smoke_b")}
     assert recipes == {"smoke": params["profiles"]["smoke"]["finetune"]["lr"], "smoke_b": 2.0e-3}

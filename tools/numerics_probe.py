@@ -14,7 +14,9 @@ on numpy alone (numpy's generator, no torch), which compare across torch version
 first 16 hex digits of the sha256 of its result's bytes; an operation the mode refuses hashes to "refused".
 
 The environment must be set before torch loads, so the script sets it and re-executes itself. `--check` exits 1 and
-names the host's processor and every operation whose hash differs from the file's.
+names the host's processor and every operation whose hash differs from the file's, but those the file's
+`known_differences` lists for the host's vendor (written by hand from a measurement, with its reason: kept when the
+file is written again).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # gpt1, without installing the package (the GPU machine runs it from a copy)
 
-from gpt1.numerics import PINNED_ENV, processor  # noqa: E402  (imports no torch)
+from gpt1.numerics import PINNED_ENV, processor, vendor  # noqa: E402  (imports no torch)
 
 MODES = {  # name: (environment, products through gpt1.cpu_matmul)
     "pinned": (PINNED_ENV, True),
@@ -216,6 +218,36 @@ def model_ops(g: Any) -> dict[str, Any]:
     return out
 
 
+def optimizer_ops(g: Any) -> dict[str, Any]:
+    """AdamW's update taken apart (its own generator: the other groups' inputs stay as they were), so that a host
+    where a whole update differs names the part: each ATen step of torch's single-tensor AdamW, its bias corrections
+    (Python floats, through the C library's pow), gradient clipping's norm, and one AdamW step alone."""
+    import math
+    import struct
+
+    import numpy as np
+    import torch
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g)
+
+    param, grad, avg, avg_sq = r(262_147), r(262_147), r(262_147), r(262_147).abs()
+    out: dict[str, Any] = {"adamw_part_decay": param.clone().mul_(1 - 2.5e-4 * 0.01),
+                           "adamw_part_lerp": avg.clone().lerp_(grad, 0.1),
+                           "adamw_part_addcmul": avg_sq.clone().mul_(0.999).addcmul_(grad, grad, value=0.001),
+                           "adamw_part_sqrt": avg_sq.sqrt(), "adamw_part_div": avg_sq / 0.0447213595499958,
+                           "adamw_part_addcdiv": param.clone().addcdiv_(avg, avg_sq.sqrt().add_(1e-8), value=-2.5e-3),
+                           "vector_norm": torch.linalg.vector_norm(grad)}
+    corrections = [c for k in range(1, 3001) for c in (1 - 0.9**k, (1 - 0.999**k) ** 0.5, math.sqrt(1 - 0.999**k))]
+    out["adamw_bias_corrections_python"] = np.frombuffer(struct.pack(f"{len(corrections)}d", *corrections))
+    p = param[:4096].clone().requires_grad_()
+    opt = torch.optim.AdamW([p], lr=6.25e-5, weight_decay=0.01)
+    p.grad = grad[:4096].clone()
+    opt.step()
+    out["adamw_1_step"] = p
+    return out
+
+
 def openblas_ops() -> dict[str, Any]:
     """The pinned mode's products on numpy alone (numpy's generator, float32), in the layouts gpt1.cpu_matmul hands
     OpenBLAS: forward (x W^T), both gradients (g W, g^T x), the LM head, a stack (attention)."""
@@ -251,6 +283,7 @@ def run(products: bool) -> dict[str, str]:
     g = torch.Generator().manual_seed(0)
     for group in (reference_ops, pipeline_ops, model_ops):
         hashes.update({name: "refused" if value is None else digest(value) for name, value in group(g).items()})
+    hashes.update({name: digest(value) for name, value in optimizer_ops(torch.Generator().manual_seed(1)).items()})
     return hashes
 
 
@@ -264,15 +297,24 @@ def blas_info() -> Any:
 
 
 def check(result: dict[str, Any], fixture: Path) -> int:
-    """0 when every operation of the fixture hashes the same here; else 1, naming the processor and each one."""
+    """0 when every operation of the fixture hashes the same here, but those the fixture lists as known to differ on
+    this host's vendor (said, not failed); else 1, naming the processor and each operation that differs."""
     expected = json.loads(fixture.read_text())
     differ = [op for op, h in expected["hashes"].items() if result["hashes"].get(op) != h]
-    if not differ:
-        print(f"numerics probe: all {len(expected['hashes'])} operations as {fixture.name} on {result['host']}")
+    known = expected.get("known_differences", {}).get(result.get("vendor", ""), {})
+    tolerated = [op for op in differ if op in known.get("ops", [])]
+    failing = [op for op in differ if op not in tolerated]
+    if tolerated:
+        print(f"numerics probe: on {result['host']} {len(tolerated)} operations differ as the fixture says they do "
+              f"on {result['vendor']} hosts ({known.get('why', 'no reason given')}): {', '.join(tolerated)}",
+              file=sys.stderr)
+    if not failing:
+        print(f"numerics probe: {len(expected['hashes']) - len(tolerated)} of {len(expected['hashes'])} operations "
+              f"as {fixture.name} on {result['host']}")
         return 0
     print(f"numerics probe: on {result['host']} (torch {result['torch']}, numpy {result['numpy']}) "
-          f"{len(differ)} of {len(expected['hashes'])} operations differ from {fixture} (made on "
-          f"{expected['host']}): {', '.join(differ)}", file=sys.stderr)
+          f"{len(failing)} of {len(expected['hashes'])} operations differ from {fixture} (made on "
+          f"{expected['host']}): {', '.join(failing)}", file=sys.stderr)
     return 1
 
 
@@ -293,9 +335,9 @@ def main() -> int:
     import torch
 
     hashes = run(products)
-    result = {"host": processor(), "torch": torch.__version__, "numpy": numpy.__version__, "blas": blas_info(),
-              "mode": args.mode, "env": wanted, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "hashes": hashes}
+    result = {"host": processor(), "vendor": vendor(), "torch": torch.__version__, "numpy": numpy.__version__,
+              "blas": blas_info(), "mode": args.mode, "env": wanted,
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "hashes": hashes}
     if args.check:
         return check(result, args.check)
     json.dump(result, sys.stdout, indent=1)
