@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpt1.compare import Comparison, compare_trees, holm, render, verdicts
-from tests.conftest import PARAMS, TinyData, gpt1_command, tiny_config
+from tests.conftest import TinyData, gpt1_command, tiny_config
 
 TASK = "sst2"
 SEEDS = (0, 1, 2)
@@ -90,19 +90,21 @@ def test_the_same_computation_is_the_same_bytes(trees: dict[str, Path]) -> None:
 def test_cli_writes_the_tables_and_refuses_a_tree_without_results(
     trees: dict[str, Path], subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
+    # From a folder with no params.yaml: the command needs none, it reads the records
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     done = subprocess.run(gpt1_command("compare", str(trees["frozen"]), str(trees["base"]), "--out", str(tmp_path)),
-                          env=subprocess_env, capture_output=True, text=True, timeout=300)
+                          env=subprocess_env, capture_output=True, text=True, timeout=300, cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     assert "1 cells: 1 changed" in done.stdout and "| recipe.lr" in done.stdout
     assert {p.name for p in tmp_path.iterdir()} == {"compare.md", "compare.html", "compare.tex", "cells.csv",
-                                                    "settings.csv"}
+                                                    "settings.csv", "elsewhere"}
     assert "<table" in (tmp_path / "compare.html").read_text()
 
     empty = subprocess.run(gpt1_command("compare", str(tmp_path), str(trees["base"])), env=subprocess_env,
                            capture_output=True, text=True, timeout=300)
     assert empty.returncode != 0 and "no fine-tuning results" in empty.stderr
     assert len(empty.stderr.strip().splitlines()) == 1
-    assert str(PARAMS)  # the command needs no params file: it reads the records
 
 
 def test_predictions_not_those_their_metrics_record_are_refused(trees: dict[str, Path], tmp_path: Path) -> None:

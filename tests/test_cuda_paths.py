@@ -252,7 +252,7 @@ def test_checkpoint_rng_without_cuda_stores_no_cuda_state(monkeypatch: pytest.Mo
     assert resume.rng_states()["cuda"] == []
 
 
-def test_stages_score_on_cuda_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_device_is_cuda_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert runtime.default_device() == CPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

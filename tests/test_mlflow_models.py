@@ -56,7 +56,9 @@ def expected_scores(model_dir: Path, tokenizer_dir: Path) -> list[tuple[int, flo
     return [text_log_prob(model, tokenizer.encode(text)) for text in TEXTS]
 
 
-def test_the_experiment_opens_on_its_runs(store: str, pretrained: dict[str, Path]) -> None:
+def test_the_experiment_is_tagged_as_custom_model_development(store: str, pretrained: dict[str, Path]) -> None:
+    """The tag says what the experiment holds; MLflow 3.17's UI still opens it on its GenAI overview
+    (tests/test_mlflow_ui.py shows what a user sees), so this checks the tag, not the page."""
     experiment = MlflowClient(store).get_experiment_by_name("gpt1")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # what it holds (docs/mlflow_ui.md)
 

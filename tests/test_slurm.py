@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from pipeline_repo import REPO, outputs_not_committed, run, smoke_checkout, user_env
+from pipeline_repo import REPO, assert_outputs_committed, run, smoke_checkout, user_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = REPO / "tools" / "slurm_cluster.sh"
@@ -146,7 +146,7 @@ def test_the_requeued_pretraining_resumed_and_every_output_has_the_uninterrupted
     assert "Comment=rule_pretrain_wildcards_gpt" in slurm_run.requeued_state
     pretrain_log = (slurm_run.root / "results/smoke/logs/pretrain-gpt.log").read_text()
     assert "resuming from the checkpoint at step 10" in pretrain_log
-    assert outputs_not_committed(slurm_run.root) == []
+    assert_outputs_committed(slurm_run.root)
 
 
 def test_every_output_is_there_and_up_to_date(slurm_run):
