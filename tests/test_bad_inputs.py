@@ -381,7 +381,7 @@ class Case:
     code: int = 1
     env: dict[str, str] = field(default_factory=dict)
     during: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    seconds: float = 60.0  # the whole call, imports included
+    seconds: float | None = None  # a bound on the whole call, only where the behaviour is a time-out
     marks: tuple = ()
 
 
@@ -666,7 +666,7 @@ def test_bad_input_is_one_line_and_changes_nothing(case, world, scratch, tmp_pat
     assert_one_line(capsys.readouterr().err, case.expect.replace("{w}", str(w)))
     assert code == case.code
     assert digest(w) == before
-    assert seconds < case.seconds
+    assert case.seconds is None or seconds < case.seconds
     assert not Path("/tmp/gpt1-unpickled-code-ran").exists()
 
 
