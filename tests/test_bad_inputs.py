@@ -559,8 +559,8 @@ CASES = [
              json.dumps({**json.loads((w / "ids/train.json").read_text()), "dtype": "float7"}))),
     Case("artifact/ids-truncated", pretrain(), "{w}/ids/train.bin: 21883 bytes, header says 21883 "
          "uint16 tokens (43766 bytes); the file is truncated or stale, re-run gpt1 encode", truncate("ids/train.bin")),
-    Case("artifact/weights-truncated", finetune(), "{w}/pretrain/model.safetensors: 16876 bytes, but "
-         "{w}/pretrain/model.json records 33752; the file was changed or truncated, re-run the pretrain stage",
+    Case("artifact/weights-truncated", finetune(), "{w}/pretrain/model.safetensors: 16900 bytes, but "
+         "{w}/pretrain/model.json records 33800; the file was changed or truncated, re-run the pretrain stage",
          truncate("pretrain/model.safetensors")),
     Case("artifact/weights-truncated-unrecorded", finetune(), "{w}/pretrain/model.safetensors: not a readable "
          "safetensors file", chain(truncate("pretrain/model.safetensors"), recorded(
