@@ -9,7 +9,7 @@ on one thread it was the faster of the two on both vendors (bench/pinning.py, BE
 `PinnedMatmuls` is a torch function mode: while it is active, every matrix product a model makes - `F.linear`
 (every `nn.Linear`: the layers, the LM heads, the task heads), `@`/`matmul`/`mm`/`bmm`/`addmm`, attention
 (`F.scaled_dot_product_attention`, written out as its two products around ATen's softmax and dropout) and the LSTM
-(`torch.lstm`, written out step by step) - runs through `matmul` below: numpy's `matmul` forward, and the two
+(`torch.lstm`, one autograd Function a layer) - runs through `matmul` below: numpy's `matmul` forward, and the two
 products of its gradient backward. Everything else stays on ATen's own kernels, which `ATEN_CPU_CAPABILITY` fixes.
 A matrix product this mode cannot express is refused by name, never silently left to MKL.
 
@@ -111,11 +111,72 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     return matmul(weights, value)
 
 
+class _LSTMLayer(torch.autograd.Function):
+    """One unidirectional LSTM layer over [batch, time, features], its products through `_np_matmul`: the input
+    products of every step in one, h_{t-1} W_hh^T step by step; backward the gates' gradients step by step, then each
+    weight's gradient in one product over all steps, as fused LSTM kernels do (a step-by-step autograd graph took
+    2.7 times as long: BENCHMARKS.md "Pinned kernels")."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_ih: torch.Tensor,
+                w_hh: torch.Tensor, b_ih: torch.Tensor | None, b_hh: torch.Tensor | None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch, steps, width = x.shape
+        hidden = w_hh.shape[1]
+        gates_in = _np_matmul(x.reshape(batch * steps, width), w_ih.t()).reshape(batch, steps, 4 * hidden)
+        if b_ih is not None:
+            gates_in += b_ih + b_hh
+        acts = torch.empty(batch, steps, 4 * hidden, dtype=x.dtype)  # i, f, g, o after their nonlinearities
+        cs, hs = (torch.empty(batch, steps, hidden, dtype=x.dtype) for _ in range(2))
+        h, c, w_hh_t = h0, c0, w_hh.t()
+        for t in range(steps):
+            gates, a = gates_in[:, t] + _np_matmul(h, w_hh_t), acts[:, t]
+            torch.sigmoid(gates[:, :2 * hidden], out=a[:, :2 * hidden])
+            torch.tanh(gates[:, 2 * hidden:3 * hidden], out=a[:, 2 * hidden:3 * hidden])
+            torch.sigmoid(gates[:, 3 * hidden:], out=a[:, 3 * hidden:])
+            i, f, g, o = a.chunk(4, dim=1)
+            c = f * c + i * g
+            h = o * torch.tanh(c)
+            cs[:, t], hs[:, t] = c, h
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, acts, cs, hs)
+        ctx.has_bias = b_ih is not None
+        return hs, h.clone(), c.clone()
+
+    @staticmethod
+    def backward(ctx: Any, d_hs: torch.Tensor | None, d_hn: torch.Tensor | None, d_cn: torch.Tensor | None,
+                 ) -> tuple[torch.Tensor | None, ...]:
+        x, h0, c0, w_ih, w_hh, acts, cs, hs = ctx.saved_tensors
+        batch, steps, width = x.shape
+        hidden = w_hh.shape[1]
+        d_gates = torch.empty(batch, steps, 4 * hidden, dtype=x.dtype)
+        dh = torch.zeros_like(h0) if d_hn is None else d_hn.clone()
+        dc = torch.zeros_like(c0) if d_cn is None else d_cn.clone()
+        for t in reversed(range(steps)):
+            if d_hs is not None:
+                dh = dh + d_hs[:, t]
+            i, f, g, o = acts[:, t].chunk(4, dim=1)
+            tanh_c = torch.tanh(cs[:, t])
+            dc = dc + dh * o * (1 - tanh_c * tanh_c)
+            dg = d_gates[:, t]
+            dg[:, :hidden] = dc * g * i * (1 - i)
+            dg[:, hidden:2 * hidden] = dc * (cs[:, t - 1] if t > 0 else c0) * f * (1 - f)
+            dg[:, 2 * hidden:3 * hidden] = dc * i * (1 - g * g)
+            dg[:, 3 * hidden:] = dh * tanh_c * o * (1 - o)
+            dc = dc * f
+            dh = _np_matmul(dg, w_hh)
+        flat = d_gates.reshape(batch * steps, 4 * hidden)
+        h_prev = torch.cat([h0.unsqueeze(1), hs[:, :-1]], dim=1).reshape(batch * steps, hidden)
+        d_x = _np_matmul(flat, w_ih).reshape(batch, steps, width)
+        d_w_ih, d_w_hh = _np_matmul(flat.t(), x.reshape(batch * steps, width)), _np_matmul(flat.t(), h_prev)
+        d_b = flat.sum(0) if ctx.has_bias else None
+        return d_x, dh, dc, d_w_ih, d_w_hh, d_b, d_b
+
+
 def lstm(data: torch.Tensor, hx: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], has_biases: bool,
          num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool,
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """torch.lstm (what nn.LSTM calls) for the unidirectional LSTM without projections that models build, one time
-    step at a time: each layer's input products for every step at once, then h_{t-1} @ W_hh^T per step."""
+    """torch.lstm (what nn.LSTM calls) for the unidirectional LSTM without projections that models build: each
+    layer one `_LSTMLayer`, dropout between layers as nn.LSTM applies it."""
     per_layer = 4 if has_biases else 2
     if bidirectional or len(weights) != per_layer * num_layers:
         raise PinnedKernelError("nn.LSTM bidirectional or with proj_size has no pinned kernel; the project's "
@@ -125,16 +186,7 @@ def lstm(data: torch.Tensor, hx: Sequence[torch.Tensor], weights: Sequence[torch
     for layer in range(num_layers):
         w_ih, w_hh, *biases = weights[per_layer * layer: per_layer * (layer + 1)]
         b_ih, b_hh = biases if has_biases else (None, None)
-        inputs = linear(x, w_ih, b_ih)
-        h, c = hx[0][layer], hx[1][layer]
-        outputs = []
-        for step in range(inputs.shape[1]):
-            gates = inputs[:, step] + linear(h, w_hh, b_hh)
-            i, f, g, o = gates.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            outputs.append(h)
-        x = torch.stack(outputs, dim=1)
+        x, h, c = _LSTMLayer.apply(x.contiguous(), hx[0][layer], hx[1][layer], w_ih, w_hh, b_ih, b_hh)
         h_last.append(h)
         c_last.append(c)
         if train and dropout > 0.0 and layer < num_layers - 1:

@@ -565,7 +565,7 @@ CASES = [
     Case("artifact/weights-truncated-unrecorded", finetune(), "{w}/pretrain/model.safetensors: not a readable "
          "safetensors file", chain(truncate("pretrain/model.safetensors"), recorded(
              lambda w: None, "pretrain/model.safetensors", "pretrain/model.json", "weights"))),
-    Case("artifact/snapshot-truncated", zeroshot(), "{w}/pretrain/snapshots/01.safetensors: 16872 bytes, but "
+    Case("artifact/snapshot-truncated", zeroshot(), "{w}/pretrain/snapshots/01.safetensors: 16900 bytes, but "
          "{w}/pretrain/snapshots/index.json records", truncate("pretrain/snapshots/01.safetensors")),
     Case("artifact/weights-are-a-pickle", finetune(), "{w}/pretrain/model.safetensors: 1313 bytes, but",
          pickle_file("pretrain/model.safetensors")),

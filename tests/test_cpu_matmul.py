@@ -147,3 +147,25 @@ def test_the_pinned_mode_computes_the_committed_bits_on_this_host(tmp_path, caps
     assert probe.check(here, tampered) == 1
     assert capsys.readouterr().err.rstrip().endswith("differ from " + str(tampered) + " (made on "
                                                      f"{fixture['host']}): lstm_3_updates")
+
+
+def test_the_lstms_gradients_are_torchs():
+    """The LSTM layer's own backward (gates step by step, each weight's gradient in one product) against torch's,
+    in float64: two layers, a given initial state, a loss on the outputs and on the last state."""
+    torch.manual_seed(1)
+    lstm = torch.nn.LSTM(5, 6, num_layers=2, batch_first=True).double()
+    xs = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)
+    state = tuple(torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True) for _ in range(2))
+
+    def grads() -> list[torch.Tensor]:
+        out, (h, c) = lstm(xs, state)
+        loss = out.pow(2).sum() + 0.3 * h.sum() + 0.2 * c.pow(2).sum()
+        return [out.detach(), *torch.autograd.grad(loss, [xs, *state, *lstm.parameters()])]
+
+    cpu_matmul.disable()
+    try:
+        want = grads()
+    finally:
+        cpu_matmul.enable()
+    for got, expected in zip(grads(), want, strict=True):
+        torch.testing.assert_close(got, expected)
