@@ -209,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"gpt1: --workers {args.workers}: must be at least 1", file=sys.stderr)
         return 2
-    args.workers = cores.prepare_process(args.command, cfg.section("cpu"), args.workers)
+    args.workers = cores.prepare_process(args.command, cfg.section("cpu"), args.workers, cfg.root["device"])
     check_stage(args)
     args.call(cfg, args)
     return 0

@@ -55,19 +55,35 @@ def model_threads(cpu: dict[str, Any], workers: int | None, explicit: bool) -> i
     return cpu["threads"]
 
 
-def prepare_process(command: str, cpu: dict[str, Any], workers: int | None) -> int | None:
-    """Before the stage module (and torch) loads: pin the numerics of a pinned profile, then the workers of a pool
-    stage or the torch threads of a model stage (returned; None: torch's own choice)."""
+def prepare_process(command: str, cpu: dict[str, Any], workers: int | None, device: str = "auto") -> int | None:
+    """Before the stage module (and torch) loads: pin the numerics of a pinned profile, hide the GPUs from a model
+    stage with `device: cpu` (torch reads CUDA_VISIBLE_DEVICES once), then the workers of a pool stage or the torch
+    threads of a model stage (returned; None: torch's own choice); `device: cuda` without a GPU is refused."""
     if cpu["pinned"]:
         numerics.pin_environment()  # the libraries read it once, when they load
+    if device == "cpu" and command in TORCH_STAGES | TORCH_TOOLS:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     explicit = workers is not None
     if workers is None and command in POOL_STAGES | TORCH_STAGES | TORCH_TOOLS:
         workers = default_workers(command)
     if command in TORCH_STAGES | TORCH_TOOLS:
         workers = model_threads(cpu, workers, explicit)
         numerics.apply(cpu["pinned"], workers)
+        if device == "cuda":
+            require_cuda()
     return workers
 
 
+def require_cuda() -> None:
+    """`device: cuda` where torch sees no GPU: one line naming the setting, before any work."""
+    import torch
+
+    if not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        hidden = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        raise ConfigError(f"device: cuda, but torch {torch.__version__} sees no CUDA device{hidden}; set device: "
+                          f"auto or cpu in params.yaml (snakemake --config device=cpu, dvc exp run -S device=cpu)")
+
+
 __all__ = ["POOL_STAGES", "TORCH_STAGES", "TORCH_TOOLS", "WORKERS_ENV", "default_workers", "env_workers",
-           "model_threads", "prepare_process"]
+           "model_threads", "prepare_process", "require_cuda"]

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 PROFILE = "profile."
-FINETUNE = ("profile.cpu", "profile.finetune")  # a fine-tuning job, an ablation: the recipe and the numerics
+FINETUNE = ("profile.cpu", "device", "profile.finetune")  # a fine-tuning job, an ablation: recipe and numerics
 
 RERUN_SETTINGS: dict[str, tuple[str, ...]] = {
     "fetch": ("profile.corpus", "data_mirror"),
     "clean": ("profile.corpus",),
     "bpe": ("profile.bpe", "profile.encode.chunk_chars"),
     "encode": ("profile.encode",),
-    "pretrain": ("profile.cpu", "profile.model", "profile.pretrain"),
+    "pretrain": ("profile.cpu", "device", "profile.model", "profile.pretrain"),
     # the settings that decide which examples are encoded (the rest of the finetune section does not)
     "encode_task": ("profile.finetune.train_cuts", "profile.finetune.max_train_examples",
                     "profile.finetune.train_examples_by_task", "profile.finetune.max_eval_examples",
@@ -32,11 +32,11 @@ RERUN_SETTINGS: dict[str, tuple[str, ...]] = {
     "finetune": FINETUNE,
     "ablation_no_aux": FINETUNE,
     "ablation_lstm": FINETUNE,
-    "zeroshot": ("profile.cpu", "profile.zeroshot", "zeroshot_reference", "data_mirror"),
-    "layers": ("profile.cpu", "profile.layers", "profile.finetune"),
+    "zeroshot": ("profile.cpu", "device", "profile.zeroshot", "zeroshot_reference", "data_mirror"),
+    "layers": ("profile.cpu", "device", "profile.layers", "profile.finetune"),
     # the lists of what to read; the page of samples: its settings, and the numerics its model computes with
     "report": ("finetune_tasks", "finetune_variants", "seeds", "pretrain_models", "ablation_tasks",
-               "layer_transfer_tasks", "profile.cpu", "profile.samples"),
+               "layer_transfer_tasks", "profile.cpu", "device", "profile.samples"),
 }
 
 

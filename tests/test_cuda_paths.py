@@ -12,11 +12,12 @@ state to restore), and check it is what a GPU run needs.
 | torch.compile | runtime.resolve_compile, pretraining.wrap | compile, compiled_model |
 | autocast dtype | runtime.resolve_precision, autocast | precision, autocast |
 | TF32 | runtime.configure_device | configure_device |
-| flash attention first | runtime.attention_backends, attention_kernels | attention |
+| cuDNN attention first (its dropout is p) | runtime.attention_backends, attention_kernels | attention |
 | fused AdamW, and all of the above wired together | pretrain.prepare | prepare_on_cuda |
 | pinned memory, non_blocking copy | ids.read_windows | read_windows |
 | CUDA RNG state in checkpoints | resume.rng_states, set_rng_states | checkpoint_rng |
-| the fine-tuning and zero-shot device | runtime.default_device | stages_score_on_cuda |
+| the fine-tuning and zero-shot device | runtime.default_device | default_device |
+| params.yaml's `device`: cpu hides the GPUs, cuda without one refused | cores.prepare_process | device_setting |
 | the GPU benchmark: variants, fused AdamW, sync, peak memory, MFU | bench/train_step.py | bench |
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -340,3 +342,28 @@ def test_bench_matmul_peak_counts_two_n_cubed_flops_per_product(
     clock = itertools.count(step=0.5)  # every timed window lasts 0.5 s
     monkeypatch.setattr(train_step.time, "perf_counter", lambda: next(clock))
     assert train_step.matmul_peak(CPU, n=32, iters=2) == 2 * 32**3 * 2 / 0.5
+
+
+def test_device_setting_cpu_hides_the_gpus_from_model_stages_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpt1 import cores
+
+    cpu = {"pinned": True, "threads": 1}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cores.prepare_process("clean", cpu, 1, "cpu")  # a data stage: nothing to hide
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    cores.prepare_process("finetune", cpu, None, "cpu")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    cores.prepare_process("finetune", cpu, None, "auto")
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_device_setting_cuda_without_a_gpu_is_one_line_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpt1 import cores
+    from gpt1.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"^device: cuda, but torch .* sees no CUDA device.*set device: auto or cpu"):
+        cores.prepare_process("pretrain", {"pinned": True, "threads": 1}, None, "cuda")
+    pretend_cuda(monkeypatch)
+    cores.prepare_process("pretrain", {"pinned": True, "threads": 1}, None, "cuda")  # a GPU: no complaint

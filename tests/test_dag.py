@@ -3,6 +3,7 @@ the same stages, each with the same command, inputs and outputs, for every profi
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -223,3 +224,29 @@ def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
     assert counts == expected
     assert "sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile gpu --model gpt" in out.stdout
     assert "results/default" not in out.stdout
+
+
+def test_the_gpu_workflow_profile_gives_each_model_job_one_gpu_slot_and_the_data_stages_none(tmp_path):
+    """`snakemake --profile workflow/profiles/gpu` (device: cuda, four slots of the `gpu` resource): every model
+    job of the default DAG holds one slot, no data job any; with the default device none holds one."""
+    root = workspace(tmp_path, "default")
+    slots = {}
+    for name, args in {"gpu": ["--profile", "workflow/profiles/gpu"], "auto": ["--cores", "2"]}.items():
+        out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *args], cwd=root, capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        slots[name] = job_gpu_slots(out.stdout)
+    model = {"pretrain", "finetune", "ablation_no_aux", "ablation_lstm", "layers", "zeroshot", "report"}
+    assert {rule for rule, gpu in slots["gpu"].items() if gpu == {1}} == model
+    assert all(gpu == {0} for rule, gpu in slots["gpu"].items() if rule not in model | {"all", "dvc_commit"})
+    assert all(gpu <= {0} for gpu in slots["auto"].values())
+
+
+def job_gpu_slots(dry_run_output: str) -> dict[str, set[int]]:
+    """rule -> the `gpu` resource values its planned jobs hold (0 where a job names none)."""
+    found: dict[str, set[int]] = {}
+    for block in dry_run_output.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        match = re.search(r"resources:[^\n]*\bgpu=(\d+)", block)
+        found.setdefault(rule, set()).add(int(match.group(1)) if match else 0)
+    return found

@@ -22,6 +22,8 @@ rule zeroshot:
     conda:
         ENV
     threads: FANOUT_THREADS
+    resources:
+        gpu=GPU_SLOTS,
     params:
         profile=PROFILE,
         settings=settings("zeroshot"),
@@ -57,6 +59,7 @@ rule layers:
     threads: FANOUT_THREADS
     resources:
         mem_mb=4000,
+        gpu=GPU_SLOTS,
     params:
         profile=PROFILE,
         settings=settings("layers"),

@@ -62,6 +62,10 @@ PINNED_THREADS = SETTINGS["cpu"]["threads"] if SETTINGS["cpu"]["pinned"] else No
 FANOUT_THREADS = PINNED_THREADS or 1
 PRETRAIN_THREADS = PINNED_THREADS or max(1, CORES // len(config["pretrain_models"]))
 ENV = "../envs/gpt1.yaml"
+# The model rules' share of a GPU: with `device: cuda` each takes one slot of Snakemake's standard `gpu` resource, so
+# `--resources gpu=K` (workflow/profiles/gpu: K = 4) lets K model jobs share one device while the data stages use
+# the cores; with auto or cpu, none (a job on the CPU holds no GPU).
+GPU_SLOTS = 1 if config["device"] == "cuda" else 0
 
 
 def data_mirror():

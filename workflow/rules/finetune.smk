@@ -51,6 +51,7 @@ rule finetune:
     threads: FANOUT_THREADS
     resources:
         mem_mb=4000,
+        gpu=GPU_SLOTS,
     params:
         profile=PROFILE,
         settings=settings("finetune"),

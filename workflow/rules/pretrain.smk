@@ -26,6 +26,7 @@ rule pretrain:
     threads: PRETRAIN_THREADS
     resources:
         mem_mb=8000,
+        gpu=GPU_SLOTS,
     params:
         profile=PROFILE,
         settings=settings("pretrain"),

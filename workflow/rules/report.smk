@@ -45,6 +45,8 @@ rule report:
     conda:
         ENV
     threads: FANOUT_THREADS  # the page of samples runs the GPT (pinned: cpu.threads)
+    resources:
+        gpu=GPU_SLOTS,
     params:
         profile=PROFILE,
         settings=settings("report"),
