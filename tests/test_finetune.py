@@ -491,14 +491,17 @@ def test_the_trainer_groups_batches_as_the_profile_says_and_steps_with_fused_ada
 
 # ------------------------------------------------------------------------------------------ the CPU path, pinned
 
-# sha256 of a job's record (timings aside), predictions, curves and final weights, computed before the CUDA fast
-# path existed (commit 845be81): the CPU path must keep its bits whatever the fast path does.
+# sha256 of a job's record (timings aside), predictions, curves and final weights in the pinned mode, computed
+# before the CUDA fast path existed (the LSTM's again since its layer Function, 2026-11-27): the CPU path must keep its
+# bits whatever the fast path does. Written on an AMD EPYC: an Intel host's AdamW gives other bits (issue 42), so
+# there the test skips and says why, as the smoke digests do.
+CPU_DIGESTS_VENDOR = "AuthenticAMD"
 CPU_DIGESTS = {
     ("sst2", "pretrained"): "0501bd151ed8a620c7a2e8df3a015796681d39927db653725446ea486aa39d08",
     ("race", "pretrained"): "5ca2cfacef9810e75787c36b7c901be0556f0a7dbec3bf5bc967d7e3ca4ce331",
     ("stsb", "scratch"): "7010c9eef4af4848ffb84e3f1b2a0ebc6a013e877547daaf42d2118119b9adf1",
     ("rte", "no_aux"): "a1551527c29243e8bfc402fccafbaa4e5d24d181b86077a864e50783517e5c3f",
-    ("mrpc", "lstm"): "cbc543f41acedb5302aebcc6ee4d0089210bf21493d98eaf9d93c27f8ceaaef3",
+    ("mrpc", "lstm"): "3c080c3ea699c6731b09cb59991806e1be97dbc484a0a22c1b3ad637f31c0ba1",
 }
 DIGEST_SETTINGS = ("finetune.max_train_examples=20", "finetune.epochs=2", "finetune.length_group_batches=2")
 
@@ -517,6 +520,11 @@ def job_digest(job: finetuning.FinetuneJob) -> str:
 
 @pytest.mark.parametrize(("task", "variant"), sorted(CPU_DIGESTS))
 def test_the_cpu_path_keeps_its_bits(assets: Assets, task: str, variant: str) -> None:
+    from gpt1.numerics import processor, vendor
+
+    if vendor() != CPU_DIGESTS_VENDOR:
+        pytest.skip(f"the CPU digests were written on {CPU_DIGESTS_VENDOR}; this host is {processor()} ({vendor()}), "
+                    f"where torch's AdamW gives other bits (issue 42)")
     folder = assets.lstm if variant == "lstm" else assets.gpt
     job = prepare_job(finetune_settings(config(*DIGEST_SETTINGS)), task, variant, 0, folder, assets.tokenizer)
     assert job_digest(job) == CPU_DIGESTS[task, variant]
