@@ -35,8 +35,10 @@ class PinnedKernelError(Gpt1Error):
 
 
 def _np_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b by numpy (OpenBLAS's gemm for float32/float64), on views of the tensors' memory: no copy in or out."""
-    return torch.from_numpy(np.matmul(a.detach().numpy(), b.detach().numpy()))
+    """a @ b by numpy (OpenBLAS's gemm for float32/float64), on views of the tensors' memory: no copy in or out.
+    Overflow gives inf and nan as torch's would, silently: the stage's own check names a loss that is not finite."""
+    with np.errstate(all="ignore"):
+        return torch.from_numpy(np.matmul(a.detach().numpy(), b.detach().numpy()))
 
 
 def _batch_sum(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
