@@ -1,6 +1,8 @@
 """GPU-hours of a whole profile on one GPU, from FLOPs: an ESTIMATE, each of its speeds assumed or measured.
 
     GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/gpu_budget.py --profile gpu
+    .venv/bin/python bench/gpu_budget.py --profile gpu-minutes --lengths bench/results/gpu_budget_lengths.json \
+        --measured bench/results/gpu_speeds_h100.json --jobs-at-once 4 --max-minutes 8   # the plan of issue 44
     ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
     ... --set layers.max_train_examples=null                            # a setting changed
     ... --save-lengths lengths.json                                     # keep the measured token counts
@@ -22,7 +24,16 @@ gpt1.finetune collates them), the forward pass over the evaluation splits, and o
 train metrics). Token counts per example are measured on the mirror with the released GPT-1 vocabulary (40,478
 tokens, the paper's; the profile's own 40,000-merge BPE trained on books gives similar counts), on a seeded sample
 per task; the examples per task are the hub's full splits (HUB_SPLITS). Time = FLOPs / (peak x MFU) + updates x
-a fixed cost per update (kernel launches, the optimizer, Python batching: what dominates small fine-tuning batches).
+a fixed cost per update (kernel launches, the optimizer, Python batching: what dominates small fine-tuning batches):
+the CUDA-graph path's where the profile's finetune.cuda_graphs is on (auto or true), else the eager loop's.
+
+The plan (the last table): the DAG in three phases, each stage's planned seconds. Data: the CPU stages, carried
+in or run before (not GPU time). Pre-training: both models at once on the GPU, after a job's start and compile.
+The fan-out (zero-shot, layers, fine-tuning, ablations) with --jobs-at-once jobs sharing the GPU: each job pays
+its start (process, CUDA, checkpoint, data), the compile and capture when CUDA graphs are on, its fixed costs
+(host-bound: they overlap across jobs) and its FLOPs (GPU-bound: they add up), so the phase takes the larger of
+the GPU's sum and the jobs' sum over the jobs at once. Then the report and `dvc commit`. --max-minutes makes the
+command fail when the plan exceeds it.
 """
 
 from __future__ import annotations
@@ -37,7 +48,8 @@ from typing import Any
 
 from common import MIRROR, REPO, machine
 
-from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config
+from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config, pretrain_settings
+from gpt1.layers import layer_caps
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
 from gpt1.taskdata import train_cap
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
@@ -66,7 +78,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM datasheet)")
     parser.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation, GPT")
     parser.add_argument("--lstm-mfu", type=float, default=0.20, help="assumed MFU of the LSTM (sequential recurrence)")
-    parser.add_argument("--update-ms", type=float, default=10.0, help="assumed fixed cost per fine-tuning update, ms")
+    parser.add_argument("--update-ms", type=float, default=10.0,
+                        help="assumed fixed cost per fine-tuning update through CUDA graphs, ms")
+    parser.add_argument("--update-ms-eager", type=float, default=30.0,
+                        help="assumed fixed cost per eager fine-tuning update (finetune.cuda_graphs: false), ms")
+    parser.add_argument("--job-start-s", type=float, default=15.0,
+                        help="assumed start of a GPU job: process, CUDA, checkpoint and data, s")
+    parser.add_argument("--compile-s", type=float, default=30.0,
+                        help="assumed torch.compile at pre-training's start, s")
+    parser.add_argument("--graphs-compile-s", type=float, default=45.0,
+                        help="assumed compile and capture at a fine-tuning job's start with CUDA graphs on, s")
+    parser.add_argument("--jobs-at-once", type=int, default=4,
+                        help="fan-out jobs sharing the GPU (workflow/profiles/gpu: 4 slots of the gpu resource)")
+    parser.add_argument("--data-s", type=float, default=0.0,
+                        help="wall seconds of the data stages before pre-training (0: prepared on a CPU and carried)")
+    parser.add_argument("--report-s", type=float, default=60.0, help="assumed report and dvc commit, s")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="fail (exit 1) when the planned wall time of the whole DAG exceeds this")
     parser.add_argument("--sample", type=int, default=1000, help="examples per task whose token counts are measured")
     parser.add_argument("--book-chars", type=int, default=2_000_000, help="characters of the mirror's novels encoded")
     parser.add_argument("--lengths", type=Path, default=None,
@@ -78,17 +106,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 MEASURABLE = {"peak_tflops": "bf16 peak TFLOP/s", "mfu": "MFU (GPT pre-training)", "lstm_mfu": "MFU (LSTM)",
-              "finetune_mfu": "MFU (fine-tuning)", "update_ms": "ms fixed cost per fine-tuning update"}
+              "finetune_mfu": "MFU (fine-tuning)", "update_ms": "ms fixed cost per fine-tuning update (CUDA graphs)",
+              "update_ms_eager": "ms fixed cost per fine-tuning update (eager)",
+              "job_start_s": "s to start a GPU job", "compile_s": "s of compile at pre-training's start",
+              "graphs_compile_s": "s of compile and capture at a fine-tuning job's start (CUDA graphs)"}
 
 
 def speeds(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
     """Each speed with where it comes from: 'measured (<source>)' from --measured, else 'assumed'. Fine-tuning's
     MFU is pre-training's unless measured apart."""
     measured = json.loads(args.measured.read_text()) if args.measured else {}
-    source = f"measured ({measured.get('source', args.measured)})"
-    found = {key: (float(measured[key]), source) if measured.get(key) is not None else
+    sources = measured.get("sources") or {}  # a file that gathers several runs names each figure's
+
+    def source(key: str) -> str:
+        return f"measured ({sources.get(key) or measured.get('source', args.measured)})"
+
+    found = {key: (float(measured[key]), source(key)) if measured.get(key) is not None else
              (float(getattr(args, key)), "assumed") for key in MEASURABLE if key != "finetune_mfu"}
-    found["finetune_mfu"] = ((float(measured["finetune_mfu"]), source) if measured.get("finetune_mfu") is not None
+    found["finetune_mfu"] = ((float(measured["finetune_mfu"]), source("finetune_mfu"))
+                             if measured.get("finetune_mfu") is not None
                              else (found["mfu"][0], f"{found['mfu'][1]}: pre-training's"))
     return found
 
@@ -164,26 +200,38 @@ class Line:
     updates: float = 0.0
     tokens: float = 0.0
     flops: float = 0.0
-    seconds: float = 0.0
+    flop_seconds: float = 0.0  # the GPU's arithmetic
+    fixed_seconds: float = 0.0  # the updates' fixed costs (launches, optimizer, batching)
+    longest: float = 0.0  # the longest job's seconds (arithmetic and fixed costs)
+
+    @property
+    def seconds(self) -> float:
+        return self.flop_seconds + self.fixed_seconds
 
     def add(self, updates: float, tokens: float, flops: float, mfu: float, args: argparse.Namespace,
             fixed_cost: bool = True) -> None:
-        """`fixed_cost`: updates pay --update-ms each (eager fine-tuning), else FLOPs alone (compiled pre-training,
-        32k tokens an update)."""
+        """`fixed_cost`: updates pay the profile's fixed cost each (fine-tuning), else FLOPs alone (compiled
+        pre-training, 32k tokens an update)."""
         self.updates += updates
         self.tokens += tokens
         self.flops += flops
-        self.seconds += flops / (args.peak_tflops * 1e12 * mfu) + fixed_cost * updates * args.update_ms / 1e3
+        self.flop_seconds += flops / (args.peak_tflops * 1e12 * mfu)
+        self.fixed_seconds += fixed_cost * updates * args.fixed_ms / 1e3
 
 
 def finetune_cost(line: Line, costs: Costs, lengths: Lengths, train: int, evaluated: int, ft: dict[str, Any],
-                  lm_weight: float, args: argparse.Namespace) -> None:
-    """One fine-tuning job: epochs over `train` examples, then forward over the evaluated and the training sets."""
+                  lm_weight: float, args: argparse.Namespace, new_job: bool = True) -> float:
+    """One fine-tuning: epochs over `train` examples, then forward over the evaluated and the training sets. A job of
+    its own unless `new_job` is false (the layer runs: n_layer + 1 fine-tunings in one job). Returns its seconds."""
     updates = ft["epochs"] * -(-train // ft["batch_size"])
     seen = ft["epochs"] * train
     flops = seen * costs.train(lengths, lm_weight) + (train + evaluated) * costs.score(lengths)
-    line.jobs += 1
+    before = line.seconds
+    line.jobs += new_job
     line.add(updates, seen * lengths.padded, flops, costs.mfu, args)
+    if new_job:
+        line.longest = max(line.longest, line.seconds - before)
+    return line.seconds - before
 
 
 def capped(n: int, cap: int | None) -> int:
@@ -191,18 +239,20 @@ def capped(n: int, cap: int | None) -> int:
 
 
 def pretrain_lines(cfg: Config, gpt: Costs, lstm: Costs, args: argparse.Namespace) -> tuple[list[Line], int]:
-    p, n_ctx = cfg.p["pretrain"], cfg.p["model"]["n_ctx"]
-    steps = p["max_steps"]
-    per_step = p["batch_size"] * n_ctx
-    evals = steps // p["eval_every"] + p["snapshots"]
-    lines = []
-    for name, costs in (("pretrain gpt", gpt), ("pretrain lstm", lstm)):
-        line = Line(name, jobs=1)
+    """Each model's pre-training with its own settings (pretrain.by_model laid over the shared ones)."""
+    n_ctx, lines, tokens = cfg.p["model"]["n_ctx"], [], 0
+    for kind, costs in (("gpt", gpt), ("lstm", lstm)):
+        p = pretrain_settings(cfg, kind)
+        steps, per_step = p["max_steps"], p["batch_size"] * n_ctx
+        evals = steps // p["eval_every"] + p["snapshots"]
+        line = Line(f"pretrain {kind}", jobs=1)
         train = steps * per_step * costs.per_token
         val = evals * p["eval_batches"] * per_step * costs.per_token / 3
         line.add(steps, steps * per_step, train + val, costs.mfu, args, fixed_cost=False)
+        line.longest = line.seconds
         lines.append(line)
-    return lines, steps * per_step
+        tokens = tokens or steps * per_step
+    return lines, tokens
 
 
 def save_lengths(path: Path, lengths: dict[str, Lengths], mirror_tokens: float, args: argparse.Namespace) -> None:
@@ -237,8 +287,10 @@ def main(argv: list[str] | None = None) -> None:
         setattr(args, key, value)
     cfg = load_config(REPO / "params.yaml", args.profile, overrides=args.set)
     model, ft = cfg.p["model"], cfg.p["finetune"]
-    if cfg.p["pretrain"]["max_steps"] is None:
+    if any(pretrain_settings(cfg, kind)["max_steps"] is None for kind in ("gpt", "lstm")):
         raise SystemExit(f"profile {args.profile}: pretrain.max_steps is null; this estimate needs a step count")
+    args.graphs = ft["cuda_graphs"] in ("auto", True)  # auto: on, on CUDA
+    args.fixed_ms = args.update_ms if args.graphs else args.update_ms_eager
     gpt_model = GPT(GPTConfig(vocab_size=RELEASED_VOCAB, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
                               n_layer=model["n_layer"], n_head=model["n_head"]))
     lstm_model = LSTMLM(LSTMConfig(vocab_size=RELEASED_VOCAB, n_ctx=model["n_ctx"], n_embd=model["n_embd"],
@@ -260,13 +312,75 @@ def main(argv: list[str] | None = None) -> None:
     layers = Line(f"layers (MNLI, RACE x {model['n_layer'] + 1})")
     for task in LAYER_TRANSFER_TASKS:
         train, evaluated = HUB_SPLITS[task]
-        train_n = capped(train, cfg.p["layers"]["max_train_examples"] or ft["max_train_examples"])
-        for _ in range(model["n_layer"] + 1):
-            finetune_cost(layers, tuned, lengths[task], train_n, capped(evaluated, ft["max_eval_examples"]), ft,
-                          ft["lm_weight"], args)
+        caps = layer_caps(cfg, task)  # null: finetune's
+        train_n = capped(capped(train, train_cap(get_task(task), ft)), caps["max_train_examples"])
+        eval_n = capped(capped(evaluated, ft["max_eval_examples"]), caps["max_eval_examples"])
+        job = sum(finetune_cost(layers, tuned, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args, False)
+                  for _ in range(model["n_layer"] + 1))
+        layers.jobs, layers.longest = layers.jobs + 1, max(layers.longest, job)  # one job: its k one after another
     zeroshot = zeroshot_line(cfg, gpt, lstm, lengths, args)
     lines += [finetune, no_aux, lstm_line, layers, zeroshot]
     print(render(lines, cfg, found, lengths, pretrain_tokens, mirror_tokens, {"GPT": gpt, "LSTM": lstm}))
+    phases = plan(lines, args)
+    print("\n" + render_plan(phases, args))
+    total = sum(phase.wall for phase in phases)
+    if args.max_minutes is not None and total > args.max_minutes * 60:
+        raise SystemExit(f"the plan takes {total:.0f} s, over --max-minutes {args.max_minutes:g} "
+                         f"({args.max_minutes * 60:.0f} s): lower the profile's steps or caps")
+
+
+@dataclass
+class Phase:
+    """A step of the DAG's plan: what runs at once, and for how long."""
+
+    what: str
+    jobs: int
+    gpu_seconds: float  # the GPU busy with arithmetic and fixed costs
+    job_seconds: float  # the jobs' own time, starts and compiles included
+    wall: float
+    how: str
+
+
+def plan(lines: list[Line], args: argparse.Namespace) -> list[Phase]:
+    """The DAG's wall time on one GPU: data, pre-training (both models at once), the fan-out (--jobs-at-once at
+    once: the larger of the GPU's arithmetic, the jobs' time over the jobs at once and the longest job), the report."""
+    pretrain = [x for x in lines if x.what.startswith("pretrain")]
+    fan_out = [x for x in lines if not x.what.startswith("pretrain")]
+    start = args.job_start_s + args.compile_s
+    gpu = sum(x.seconds for x in pretrain)
+    phases = [Phase("data stages", 0, 0.0, args.data_s, args.data_s,
+                    "prepared on a CPU and carried" if not args.data_s else "on the GPU machine's cores"),
+              Phase("pre-training", len(pretrain), gpu, gpu + start * len(pretrain), start + gpu,
+                    "both models at once: a start and compile, then the GPU's sum")]
+
+    def per_job(line: Line) -> float:
+        return args.job_start_s + (args.graphs_compile_s if args.graphs and line.updates else 0.0)
+
+    rows = [Phase(x.what, x.jobs, x.seconds, x.seconds + x.jobs * per_job(x), 0.0, "in the fan-out") for x in fan_out]
+    arithmetic = sum(x.flop_seconds for x in fan_out)
+    shared = sum(x.job_seconds for x in rows) / args.jobs_at_once
+    longest = max(x.longest + per_job(x) for x in fan_out)
+    wall = max(arithmetic, shared, longest)
+    how = (f"{args.jobs_at_once} at once: the largest of the GPU's arithmetic ({arithmetic:,.0f} s), the jobs' time "
+           f"over {args.jobs_at_once} ({shared:,.0f} s) and the longest job ({longest:,.0f} s)")
+    phases += [*rows, Phase("fan-out", 0, 0.0, 0.0, wall, how),
+               Phase("report, dvc commit", 2, 0.0, args.report_s, args.report_s, "on the CPU")]
+    return phases
+
+
+def render_plan(phases: list[Phase], args: argparse.Namespace) -> str:
+    total = sum(x.wall for x in phases)
+    fixed = (f"CUDA graphs on: {args.update_ms:g} ms an update, {args.graphs_compile_s:g} s compile and capture a "
+             f"job" if args.graphs else f"eager: {args.update_ms_eager:g} ms an update")
+    out = [f"The plan: the whole DAG on one GPU, {args.jobs_at_once} fan-out jobs at once; fine-tuning {fixed}; "
+           f"{args.job_start_s:g} s to start a job", "",
+           "| phase | jobs | GPU s | job s | planned wall s | how |", "|---|---:|---:|---:|---:|---|"]
+    out += [f"| {x.what} | {x.jobs or ''} | {x.gpu_seconds:,.0f} | {x.job_seconds:,.0f} | "
+            f"{f'{x.wall:,.0f}' if x.wall or x.how != 'in the fan-out' else ''} | {x.how} |" for x in phases]
+    limit = "" if args.max_minutes is None else f" (limit {args.max_minutes * 60:,.0f} s)"
+    out.append(f"| **whole DAG** | {sum(x.jobs for x in phases)} | {sum(x.gpu_seconds for x in phases):,.0f} | "
+               f"{sum(x.job_seconds for x in phases):,.0f} | **{total:,.0f}**{limit} | |")
+    return "\n".join(out)
 
 
 def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], args: argparse.Namespace) -> Line:
@@ -281,7 +395,9 @@ def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengt
     for costs in (gpt, lstm):
         tokens = points * sum(n * lengths[t].real for t, n in scored.items())
         flops = points * sum(n * costs.score(lengths[t], lm_head=True) for t, n in scored.items())
+        before = line.seconds
         line.add(0, tokens, flops, costs.mfu, args)
+        line.longest = max(line.longest, line.seconds - before)
     return line
 
 

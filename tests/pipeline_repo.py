@@ -41,14 +41,18 @@ def link_venv(root: Path) -> None:
     (root / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
 
 
-def smoke_checkout(root: Path, env: dict[str, str], **params: object) -> Path:
-    """A git + DVC repository in `root` holding the project with params.yaml selecting smoke (then `params`)."""
+def smoke_checkout(root: Path, env: dict[str, str], profile: str = "smoke", overrides: tuple[str, ...] = (),
+                   **params: object) -> Path:
+    """A git + DVC repository in `root` holding the project with params.yaml selecting `profile` (smoke), that
+    profile changed by `overrides` (as `gpt1 --set KEY=VALUE` takes them), then the top-level `params`."""
+    from gpt1.config import apply_overrides
+
     for name in ("workflow", "gpt1"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", "environment.yml", ".gitignore", ".dvcignore"):
         shutil.copy(REPO / name, root / name)
-    settings = yaml.safe_load((REPO / "params.yaml").read_text())
-    settings.update(profile="smoke", **params)
+    settings = apply_overrides(yaml.safe_load((REPO / "params.yaml").read_text()), profile, list(overrides))
+    settings.update(profile=profile, **params)
     (root / "params.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     link_venv(root)
     run(["git", "init", "-q"], root, env)

@@ -203,10 +203,12 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
     return counts
 
 
-def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
-    """`snakemake -n --config profile=gpu`, docs/operations.md's GPU command without running it: every stage planned."""
-    root = workspace(tmp_path, "default")  # params.yaml names another profile: --config alone picks gpu
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "profile=gpu"],
+@pytest.mark.parametrize("profile", ["gpu", "gpu-minutes"])
+def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path, profile):
+    """`snakemake -n --config profile=<gpu profile>`, docs/operations.md's GPU commands without running them: every
+    stage planned."""
+    root = workspace(tmp_path, "default")  # params.yaml names another profile: --config alone picks the GPU one
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", f"profile={profile}"],
                          cwd=root, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -222,7 +224,7 @@ def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path):
     counts = job_counts(out.stdout)
     assert counts.pop("total") == sum(expected.values())
     assert counts == expected
-    assert "sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile gpu --model gpt" in out.stdout
+    assert f"sh workflow/scripts/gpt1.sh --per-gpu pretrain --profile {profile} --model gpt" in out.stdout
     assert "results/default" not in out.stdout
 
 

@@ -221,7 +221,8 @@ def model_ops(g: Any) -> dict[str, Any]:
 def optimizer_ops(g: Any) -> dict[str, Any]:
     """AdamW's update taken apart (its own generator: the other groups' inputs stay as they were), so that a host
     where a whole update differs names the part: each ATen step of torch's single-tensor AdamW, its bias corrections
-    (Python floats, through the C library's pow), gradient clipping's norm, and one AdamW step alone."""
+    (Python floats, through the C library's pow), gradient clipping's norm, and one AdamW step alone, single-tensor
+    (what pre-training runs on a CPU) and fused (fine-tuning's)."""
     import math
     import struct
 
@@ -240,11 +241,12 @@ def optimizer_ops(g: Any) -> dict[str, Any]:
                            "vector_norm": torch.linalg.vector_norm(grad)}
     corrections = [c for k in range(1, 3001) for c in (1 - 0.9**k, (1 - 0.999**k) ** 0.5, math.sqrt(1 - 0.999**k))]
     out["adamw_bias_corrections_python"] = np.frombuffer(struct.pack(f"{len(corrections)}d", *corrections))
-    p = param[:4096].clone().requires_grad_()
-    opt = torch.optim.AdamW([p], lr=6.25e-5, weight_decay=0.01)
-    p.grad = grad[:4096].clone()
-    opt.step()
-    out["adamw_1_step"] = p
+    for name, fused in (("adamw_1_step", None), ("adamw_fused_1_step", True)):  # pre-training's; fine-tuning's
+        p = param[:4096].clone().requires_grad_()
+        opt = torch.optim.AdamW([p], lr=6.25e-5, weight_decay=0.01, fused=fused)
+        p.grad = grad[:4096].clone()
+        opt.step()
+        out[name] = p
     return out
 
 
