@@ -78,4 +78,5 @@ def test_the_whole_dag_runs_through_snakemake_on_the_cpu_at_a_shrunk_shape(tmp_p
     assert stages.count("finetune") >= 24 and {"pretrain-gpt", "pretrain-lstm", "zeroshot", "layers"} <= set(stages)
     # The real data of the mirror, cut as the profile cuts it: MNLI trains on a part of validation_matched
     mnli = json.loads((results / "finetune" / "mnli" / "pretrained" / "0" / "metrics.json").read_text())
-    assert mnli["reports"]["mnli"]["counts"]["train"] == 24
+    assert mnli["reports"]["mnli_m"]["counts"]["train"] == 24
+    assert mnli["reports"]["mnli_m"]["evaluated_on"].startswith("validation_matched[80%:100%]")
