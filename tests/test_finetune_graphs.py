@@ -164,5 +164,22 @@ def test_section_e2_rehearses_on_the_cpu(tmp_path: Path, monkeypatch: pytest.Mon
     for shape in updates.values():
         assert shape["today_ms"] > 0 and shape["graphs_ms"] > 0 and shape["bucket"] >= shape["length"]
         assert len(shape["epochs_ms"]["today"]) == len(shape["epochs_ms"]["graphs"]) == 2
-    assert record["data"]["counters"]["graph_breaks"] == 0
+    assert record["data"]["counters"]["graph_breaks"] == 0, record["data"]["counters"]
     assert "no GPU's figures" in record["summary"] and "| mnli | 8 |" in record["markdown"]
+
+
+def test_the_section_counts_only_its_own_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo's counters are the process's: breaks from before the section (an earlier test that compiled) are not
+    the section's, the ones during it are."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    from collections import Counter
+
+    from gpu.finetune_speed import dynamo_counters, section_counters
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setitem(counters, "graph_break", Counter({"earlier break": 7}))
+    before = dynamo_counters()
+    assert section_counters(before)["graph_breaks"] == 0
+    counters["graph_break"]["the section's break"] += 2
+    counts = section_counters(before)
+    assert counts["graph_breaks"] == 2 and counts["break_reasons"] == ["the section's break"]

@@ -264,13 +264,23 @@ def graph_shape(ctx: Context, cfg: GPTConfig, finetune: dict[str, Any], task: st
             "graphs_warmup_s": found["warmup_ms"]["graphs"] * batches / 1e3, **found}
 
 
-def dynamo_counters() -> dict[str, Any]:
-    """What says whether the graphs ran as meant: graph breaks, and the times Inductor skipped CUDA graphs."""
+def dynamo_counters(since: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What says whether the graphs ran as meant: graph breaks, and the times Inductor skipped CUDA graphs. Counted
+    from `since` (an earlier return): Dynamo's counters are the process's, and a process that compiled before (a
+    test suite) must not lend its breaks to this section."""
+    from collections import Counter
+
     from torch._dynamo.utils import counters
 
-    return {"graph_breaks": sum(counters["graph_break"].values()),
-            "cudagraph_skips": counters["inductor"].get("cudagraph_skips", 0),
-            "break_reasons": sorted(counters["graph_break"])[:5]}
+    breaks = Counter(counters["graph_break"]) - Counter((since or {}).get("break_counts", {}))
+    skips = counters["inductor"].get("cudagraph_skips", 0) - (since or {}).get("cudagraph_skips", 0)
+    return {"graph_breaks": sum(breaks.values()), "cudagraph_skips": skips, "break_reasons": sorted(breaks)[:5],
+            "break_counts": dict(counters["graph_break"])}
+
+
+def section_counters(before: dict[str, Any]) -> dict[str, Any]:
+    """The section's own counts, without the running totals kept to subtract from."""
+    return {key: value for key, value in dynamo_counters(before).items() if key != "break_counts"}
 
 
 def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
@@ -281,6 +291,7 @@ def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
     finetune = load_config(REPO / "params.yaml", "gpu").section("finetune")
     all_shapes = shapes(ctx, cfg, finetune["batch_size"] if ctx.cuda else CPU_EXAMPLES)
     found: dict[str, Any] = {}
+    before = dynamo_counters()
     for task in GRAPH_ORDER:
         if deadline - time.monotonic() < LEAST_SHAPE_SECONDS:
             found[task] = {"skipped": f"the section's {GRAPHS_SECONDS:.0f} s were spent"}
@@ -291,7 +302,7 @@ def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
         except Exception as err:  # one shape's failure (a compile error) must not lose the others' figures
             found[task] = {"failed": f"{type(err).__name__}: {str(err).strip()[:300]}"}
         release(device)
-        record.update(updates=found, counters=dynamo_counters())
+        record.update(updates=found, counters=section_counters(before))
         write_up(ctx, record, found)
     if "skipped" in found[GRAPH_ORDER[-1]]:  # the write-up after the last shape measured did not list these
         write_up(ctx, record, found)
