@@ -18,8 +18,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-from common import REPO, machine
 
+from bench.common import REPO, machine
 from gpt1.checkpoints import build_model, model_config
 from gpt1.config import N_SPECIAL_TOKENS, Config, load_config
 from gpt1.runtime import autocast, resolve_precision

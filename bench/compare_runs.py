@@ -18,8 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from common import machine
-
+from bench.common import machine
 from gpt1 import layout
 from gpt1.report.inputs import verified_predictions
 from gpt1.report.numbers import mean_sd, mean_se

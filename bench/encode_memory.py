@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import psutil
-from common import REPO, machine, median, novels_jsonl
+
+from bench.common import REPO, machine, median, novels_jsonl
 
 ENCODE = """
 import sys

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import machine
-from learning_curves import RESULTS, holdout_job
+from bench.common import machine
+from bench.learning_curves import RESULTS, holdout_job
 
 TRANSFER_LAYERS = "transfer_layers"  # not a params key: the layers stage's k
 TRAIN_EXAMPLES = "train_examples"  # not a params key either: the training subset's size

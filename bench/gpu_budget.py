@@ -46,11 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import MIRROR, REPO, machine
-
+from bench.common import MIRROR, REPO, machine
 from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config, pretrain_settings
-from gpt1.taskdata import layer_caps, train_cap
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
+from gpt1.taskdata import layer_caps, train_cap
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
 from gpt1.tokenizer import GPT1Tokenizer, load_released
 

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import REPO, machine, median
+from bench.common import REPO, machine, median
 
 RESULTS = REPO / "results" / "default"
 # Four jobs of similar length, longest first, so that two side by side finish together: the pipeline's fan-out has

@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from common import REPO, machine
+from bench.common import REPO, machine
 
 HOLDOUT_FRACTION = 0.2
 RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"

@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import REPO
-from finetune_ab import ab
-from learning_curves import RESULTS
+from bench.common import REPO
+from bench.finetune_ab import ab
+from bench.learning_curves import RESULTS
 
 
 def padding(groups: list[int], batch_size: int = 16, epochs: int = 3) -> None:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine
+from bench.common import REPO, machine
 
 # Each arm: overrides of the default profile (dotted keys, as `gpt1 <stage> --set`).
 ARMS: dict[str, list[str]] = {

@@ -15,8 +15,8 @@ import statistics
 import time
 
 import torch
-from common import REPO, machine
 
+from bench.common import REPO, machine
 from gpt1.checkpoints import build_model, model_config
 from gpt1.config import load_config
 from gpt1.heads import FinetuneModel

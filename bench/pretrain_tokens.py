@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import REPO, machine
-from finetune_ab import compare, holdout_point
-from learning_curves import RESULTS
+from bench.common import REPO, machine
+from bench.finetune_ab import compare, holdout_point
+from bench.learning_curves import RESULTS
 
 PRETRAIN = REPO / "results" / "default" / "pretrain" / "gpt"
 LOG = RESULTS.with_name("pretrain_tokens.jsonl")

@@ -18,8 +18,7 @@ import math
 import statistics
 from pathlib import Path
 
-from common import REPO
-
+from bench.common import REPO
 from gpt1.config import LAYER_TRANSFER_TASKS
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]

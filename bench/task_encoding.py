@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine, median
+from bench.common import REPO, machine, median
 
 RESULTS = REPO / "results" / "default"
 SIDE = r"""

@@ -13,8 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import MIRROR, REPO, machine, median, novels_jsonl
-
+from bench.common import MIRROR, REPO, machine, median, novels_jsonl
 from gpt1.ids import encode_split
 from gpt1.tokenizer import load_released, read_merges, train_on_corpus
 

@@ -52,8 +52,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere without installing the package
-
 from gpt1.hf import to_hf_model
 from gpt1.model import GPT, GPTConfig, flops_per_token
 from gpt1.runtime import attention_kernels, autocast, configure_device, resolve_compile, resolve_precision

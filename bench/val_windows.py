@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import REPO, machine
 
+from bench.common import REPO, machine
 from gpt1.checkpoints import load_pretrained
 from gpt1.config import load_config, pretrain_settings
 from gpt1.ids import load_ids, validation_offsets

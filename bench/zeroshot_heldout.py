@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import MIRROR, REPO, machine
+
+from bench.common import MIRROR, REPO, machine
 
 LOG = REPO / "bench" / "results" / "zeroshot_heldout.jsonl"
 TOKENIZER = REPO / "results" / "default" / "tokenizer"
