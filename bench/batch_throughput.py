@@ -1,6 +1,6 @@
 """Tokens per second of one pre-training update at several batch sizes, for the GPT and the LSTM of a profile.
 
-    .venv/bin/python bench/batch_throughput.py --batches 8,16,32 --threads 1 --rounds 6
+    .venv/bin/python -m bench.batch_throughput --batches 8,16,32 --threads 1 --rounds 6
 
 Why: a smaller batch gives more updates for the same tokens (docs/experiments.md, "Pre-training recipe"); whether it
 costs wall time depends on how well a CPU keeps busy on small matrices, which differs between a transformer (all

@@ -1,7 +1,7 @@
 """What the pinned mode costs (gpt1.numerics), and which matrix-product kernels it should use: seconds per training
 update at the default profile's shapes for each candidate, against the pinned mode before products left MKL.
 
-    .venv/bin/python bench/pinning.py [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
+    .venv/bin/python -m bench.pinning [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
 
 Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.cpu_matmul, the mode now); the
 same pins with the products left to MKL on its AVX2 branch (the mode until 2026-11-27, the baseline: on AMD MKL

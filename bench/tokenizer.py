@@ -1,6 +1,6 @@
 """BPE training time and encode speed on the 99 Gutenberg novels, `spacy` vs `fast`, interleaved A B A B.
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/tokenizer.py [--repeats 2] [--workers 2]
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.tokenizer [--repeats 2] [--workers 2]
 
 Also prints how often each pre-tokeniser agrees with its reference on the committed sample (tests/fixtures/bpe).
 """

@@ -1,6 +1,6 @@
 """Two results trees, the same fine-tuning jobs: each cell per seed, its mean across seeds, and the paired test.
 
-    .venv/bin/python bench/compare_runs.py results/default <other>/results/default --tasks rte,cola,mrpc \\
+    .venv/bin/python -m experiments.compare_runs results/default <other>/results/default --tasks rte,cola,mrpc \\
         --variant pretrained --seeds 0,1,2
 
 For each task, reads finetune/<task>/<variant>/<seed>/ of both trees (metrics.json and predictions.jsonl, verified
