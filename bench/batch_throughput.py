@@ -1,6 +1,6 @@
 """Tokens per second of one pre-training update at several batch sizes, for the GPT and the LSTM of a profile.
 
-    .venv/bin/python bench/batch_throughput.py --batches 8,16,32 --threads 1 --rounds 6
+    .venv/bin/python -m bench.batch_throughput --batches 8,16,32 --threads 1 --rounds 6
 
 Why: a smaller batch gives more updates for the same tokens (docs/experiments.md, "Pre-training recipe"); whether it
 costs wall time depends on how well a CPU keeps busy on small matrices, which differs between a transformer (all
@@ -18,8 +18,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-from common import REPO, machine
 
+from bench.common import REPO, machine
 from gpt1.checkpoints import build_model, model_config
 from gpt1.config import N_SPECIAL_TOKENS, Config, load_config
 from gpt1.runtime import autocast, resolve_precision

@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: machine description, medians, the 99-novel corpus as JSON lines."""
+"""Shared by the benchmarks and the experiments (experiments/): the repository, the data mirror, the machine's
+description, medians, the 99-novel corpus as JSON lines."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ import json
 import os
 import platform
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout without installing the package
 MIRROR = Path(os.environ.get("GPT1_DATA_MIRROR", REPO.parent / "shared" / "data"))
 
 

@@ -1,6 +1,6 @@
 """Peak memory of the encode stage at two corpus sizes: it must not grow with the corpus.
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/encode_memory.py [--small 10] [--copies 4]
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.encode_memory [--small 10] [--copies 4]
 
 Encodes (in a child process, with 2 workers) the first `--small` novels, and all 99 novels `--copies` times over,
 interleaved A B A B, sampling the resident memory of the whole process tree every 50 ms.
@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import psutil
-from common import REPO, machine, median, novels_jsonl
+
+from bench.common import REPO, machine, median, novels_jsonl
 
 ENCODE = """
 import sys

@@ -1,18 +1,18 @@
 """GPU-hours of a whole profile on one GPU, from FLOPs: an ESTIMATE, each of its speeds assumed or measured.
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/gpu_budget.py --profile gpu
-    .venv/bin/python bench/gpu_budget.py --profile gpu-minutes --lengths bench/results/gpu_budget_lengths.json \
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.gpu_budget --profile gpu
+    .venv/bin/python -m bench.gpu_budget --profile gpu-minutes --lengths bench/results/gpu_budget_lengths.json \
         --measured bench/results/gpu_speeds_h100.json --jobs-at-once 4 --max-minutes 8   # the plan of issue 44
     ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
     ... --set layers.max_train_examples=null                            # a setting changed
     ... --save-lengths lengths.json                                     # keep the measured token counts
-    .venv/bin/python bench/gpu_budget.py --lengths lengths.json --measured measured.json   # no mirror needed
+    .venv/bin/python -m bench.gpu_budget --lengths lengths.json --measured measured.json   # no mirror needed
 
 --measured takes the speeds a GPU measured (bench/gpu_check.py, section e writes the file): any of peak_tflops
 (the bf16 matmul peak), mfu (pre-training, ours compiled), finetune_mfu and update_ms (fine-tuning updates: FLOPs
 at that MFU plus that fixed cost, fitted to update times at the gpu profile's shapes) replaces its assumption, and
 the output marks each figure measured (with the GPU and date) or assumed. --lengths reads the token counts
---save-lengths wrote (bench/gpu_check.py --prepare carries them to the GPU machine, which has no mirror).
+--save-lengths wrote (bench/gpu_check.sh --prepare carries them to the GPU machine, which has no mirror).
 
 FLOPs per token are gpt1.model.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
 the position embedding; the tied LM head counted once), a third of that for a forward pass. Split into its parts
@@ -46,12 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import MIRROR, REPO, machine
-
+from bench.common import MIRROR, REPO, machine
 from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config, pretrain_settings
-from gpt1.layers import layer_caps
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
-from gpt1.taskdata import train_cap
+from gpt1.taskdata import layer_caps, train_cap
 from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
 from gpt1.tokenizer import GPT1Tokenizer, load_released
 

@@ -6,10 +6,11 @@ still leaves what was measured, and the last thing printed is a short table.
     bash bench/gpu_check.sh OUT --sections all         # every section, as far as the budget goes
     bash bench/gpu_check.sh OUT --device cpu           # the rehearsal: the sections at a tiny size on this CPU
 
-bench/gpu_check.sh installs the bundle's wheels where the packages are missing and calls this file:
+bench/gpu_check.sh installs the bundle's wheels where the packages are missing and runs this module, with the
+repository on PYTHONPATH:
 
-    python bench/gpu_check.py prepare [--bundle DIR] [--no-wheels] [--gpu-profile] [--sample N] [--book-chars N]
-    python bench/gpu_check.py run OUT [--device auto|cuda|cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
+    python -m bench.gpu_check prepare [--bundle DIR] [--no-wheels] [--gpu-profile] [--sample N] [--book-chars N]
+    python -m bench.gpu_check run OUT [--device auto|cuda|cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
                                       [--sections NAME,...|all]
 
 `prepare` builds gpu/bundle.py's bundle, then adds what travels beside it: probe/ (section h: the shared numerics
@@ -52,16 +53,14 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt1, without installing the package
+from bench.gpu import report
+from bench.gpu.env import BUNDLE, MACHINE_FILE, Context, child_env, provenance, write_commit, write_json
 
-from gpu import report
-from gpu.env import BUNDLE, MACHINE_FILE, Context, child_env, provenance, write_commit, write_json
-
-RUNS = {"hardware": "gpu.hardware:run", "host_probe": "gpu.host_probe:run", "dropout": "gpu.dropout:run",
-        "speed": "gpu.speed:run", "levers": "gpu.levers:run", "finetune_speed": "gpu.finetune_speed:run",
-        "finetune_graphs": "gpu.finetune_speed:run_graphs", "stages": "gpu.stages:run",
-        "precision": "gpu.precision:run", "speed_extra": "gpu.speed:run_extra",
-        "pretrain_minutes": "gpu.pretrain_minutes:run"}  # fmt: skip
+RUNS = {"hardware": "bench.gpu.hardware:run", "host_probe": "bench.gpu.host_probe:run",
+        "dropout": "bench.gpu.dropout:run", "speed": "bench.gpu.speed:run", "levers": "bench.gpu.levers:run",
+        "finetune_speed": "bench.gpu.finetune_speed:run", "finetune_graphs": "bench.gpu.finetune_speed:run_graphs",
+        "stages": "bench.gpu.stages:run", "precision": "bench.gpu.precision:run",
+        "speed_extra": "bench.gpu.speed:run_extra", "pretrain_minutes": "bench.gpu.pretrain_minutes:run"}  # fmt: skip
 # What a run without --sections does (issue 43): the sections not yet run on a GPU. The others ran on an H100 on
 # 2026-11-26 (bench/results/gpu_check_2026-11-26_h100) and run again when named, or with `--sections all`.
 DEFAULT = ("hardware", "host_probe", "dropout", "speed", "levers", "finetune_speed", "finetune_graphs")
@@ -134,7 +133,7 @@ def run_section(ctx: Context, name: str) -> None:
         report.write_record(ctx, report.fallback_record(ctx, name, "skipped", "the run's budget was spent"))
         return
     print(f"gpu_check: section {name} (limit {limit:.0f} s)", flush=True)
-    args = [sys.executable, str(Path(__file__).resolve()), "section", name, "--work", str(ctx.work)]
+    args = [sys.executable, "-m", "bench.gpu_check", "section", name, "--work", str(ctx.work)]  # child_env: the repo
     child, tick = subprocess.Popen(args, env=child_env(ctx), cwd=ctx.work, start_new_session=True), time.perf_counter()
     try:
         child.wait(timeout=limit)
@@ -190,8 +189,8 @@ def section(args: argparse.Namespace) -> int:
 
 def prepare_all(args: argparse.Namespace) -> None:
     """gpu/bundle.py's bundle, then what travels beside it: the numerics probe (section h) and the commit."""
-    from gpu import host_probe
-    from gpu.bundle import MAX_BYTES, prepare, size
+    from bench.gpu import host_probe
+    from bench.gpu.bundle import MAX_BYTES, prepare, size
 
     bundle = args.bundle.resolve()
     prepare(bundle, args.wheels, args.sample, args.book_chars, args.gpu_profile)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The project on a GPU in one command (issue 33); bench/gpu_check.py says what each section does.
+# The project on a GPU in one command (issue 33); bench/gpu_check.py says what each section does. It runs as
+# `python -P -m bench.gpu_check` with this checkout first on PYTHONPATH (-P: not the caller's folder, which may be
+# another checkout), so the GPU machine's copy of the tree needs no install.
 #
 #   bash bench/gpu_check.sh --prepare [--no-wheels] [--bundle DIR]    # here, on the CPU, with the project's .venv:
 #                                                                     # bench/gpu_bundle/, which `carry` sends
@@ -22,7 +24,7 @@ export PYTHONUNBUFFERED=1
 
 if [ "${1:-}" = "--prepare" ]; then
     shift
-    exec "$python" "$repo/bench/gpu_check.py" prepare "$@"
+    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -P -m bench.gpu_check prepare "$@"
 fi
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     echo "usage: bash bench/gpu_check.sh OUT [--device cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]" \
@@ -55,5 +57,5 @@ done
         echo "gpu_check: installed $(ls "$bundle"/wheels/*.whl | wc -l) wheels into $site in $(($(date +%s) - started)) s"
     fi
     export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-    "$python" "$repo/bench/gpu_check.py" run "$@"
+    "$python" -P -m bench.gpu_check run "$@"
 } 2>&1 | tee "$out/log.txt"

@@ -1,6 +1,6 @@
 """Throughput of pipeline jobs on a small machine: one job at a time with every core, or one job per core.
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/job_threads.py [--rounds 2] [--group finetune]
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.job_threads [--rounds 2] [--group finetune]
 
 Snakemake sets OMP_NUM_THREADS to a job's `threads:`. With `threads: workflow.cores` the jobs run one after
 another, each using every core; with `threads: 1` they run side by side, one core each. This times the same
@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import REPO, machine, median
+from bench.common import REPO, machine, median
 
 RESULTS = REPO / "results" / "default"
 # Four jobs of similar length, longest first, so that two side by side finish together: the pipeline's fan-out has

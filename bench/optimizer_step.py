@@ -1,6 +1,6 @@
 """Milliseconds of one AdamW step over a fine-tuning model's parameters: PyTorch's foreach kernels against fused.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/optimizer_step.py --rounds 40
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.optimizer_step --rounds 40
 
 Why: a fine-tuning update of GLUE's short sentences is small (16 sequences of ~15-70 tokens), so the optimizer's
 step over all 5.3M parameters is a large share of it. The model is the default profile's GPT with a classification
@@ -15,8 +15,8 @@ import statistics
 import time
 
 import torch
-from common import REPO, machine
 
+from bench.common import REPO, machine
 from gpt1.checkpoints import build_model, model_config
 from gpt1.config import load_config
 from gpt1.heads import FinetuneModel

@@ -1,7 +1,7 @@
 """What the pinned mode costs (gpt1.numerics), and which matrix-product kernels it should use: seconds per training
 update at the default profile's shapes for each candidate, against the pinned mode before products left MKL.
 
-    .venv/bin/python bench/pinning.py [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
+    .venv/bin/python -m bench.pinning [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
 
 Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.cpu_matmul, the mode now); the
 same pins with the products left to MKL on its AVX2 branch (the mode until 2026-11-27, the baseline: on AMD MKL
@@ -28,10 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from anywhere without installing the package
+from gpt1.numerics import PINNED_ENV  # imports no torch
 
-from gpt1.numerics import PINNED_ENV  # noqa: E402  (imports no torch)
+ROOT = Path(__file__).resolve().parents[1]  # the children run `python -m bench.pinning` from here
 
 ARMS = {  # name: (pinned, precision, products: openblas = gpt1.cpu_matmul, else MKL with this MKL_CBWR)
     "pinned fp32 mkl-avx2": (True, "fp32", "AVX2"),  # the pinned mode before 2026-11-27: the baseline
@@ -102,7 +101,7 @@ def arm_env(arm: str, threads: int) -> dict[str, str]:
 
 
 def run_arm(arm: str, workload: str, steps: int, threads: int) -> list[float]:
-    args = [sys.executable, __file__, "--child", arm, workload, str(steps), str(threads)]
+    args = [sys.executable, "-m", "bench.pinning", "--child", arm, workload, str(steps), str(threads)]
     out = subprocess.run(args, env=arm_env(arm, threads), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

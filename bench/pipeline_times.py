@@ -1,6 +1,6 @@
 """Wall time per stage of a Snakemake run, from its log (the pipeline itself is the benchmark here).
 
-    .venv/bin/python bench/pipeline_times.py [.snakemake/log/<run>.snakemake.log]   (default: the newest log)
+    .venv/bin/python -m bench.pipeline_times [.snakemake/log/<run>.snakemake.log]   (default: the newest log)
 
 Prints a Markdown table: per rule, the jobs, their summed wall time, and the first start and last finish.
 """

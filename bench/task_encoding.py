@@ -1,7 +1,7 @@
 """What encoding each task once saves: a fine-tuning job's data preparation, loaded and tokenised in the job (as
 every job did before the encode_task stage) or read from the task's encoded examples.
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/task_encoding.py [--rounds 2] [--tasks rte race]
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.task_encoding [--rounds 2] [--tasks rte race]
 
 Each measurement is a fresh process, as a pipeline job is: it loads the default profile's tokenizer (untimed: a job
 needs it either way), then times side A, `plan_task_data` (parquet, cut, cap, spaCy, BPE, §3.3 transformation), or
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine, median
+from bench.common import REPO, machine, median
 
 RESULTS = REPO / "results" / "default"
 SIDE = r"""

@@ -1,6 +1,6 @@
 """BPE training time and encode speed on the 99 Gutenberg novels, `spacy` vs `fast`, interleaved A B A B.
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/tokenizer.py [--repeats 2] [--workers 2]
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.tokenizer [--repeats 2] [--workers 2]
 
 Also prints how often each pre-tokeniser agrees with its reference on the committed sample (tests/fixtures/bpe).
 """
@@ -13,8 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import MIRROR, REPO, machine, median, novels_jsonl
-
+from bench.common import MIRROR, REPO, machine, median, novels_jsonl
 from gpt1.ids import encode_split
 from gpt1.tokenizer import load_released, read_merges, train_on_corpus
 

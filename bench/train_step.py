@@ -2,12 +2,12 @@
 OpenAIGPTLMHeadModel of the same shape, batch and weights.
 
 CPU (default: the default profile's model, n_layer 4, n_embd 256, n_head 4, n_ctx 128, vocab 8400, batch 32):
-    python bench/train_step.py
+    python -m bench.train_step
   fp32 ours vs HF, measured interleaved (A B A B ...) so drift of the machine's speed hits both alike; plus ours
   under bf16 autocast and ours under torch.compile (its first steps compile, 20-35 s here: excluded as warm-up).
 
 CUDA (default: the paper's model, n_ctx 512, batch 64, vocab 40478):
-    python bench/train_step.py --device cuda
+    python -m bench.train_step --device cuda
   bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.pretrain trains; ours compiled and eager vs HF eager.
   Reports tokens/s, MFU = (6N + 6 n_layer n_ctx n_embd) FLOPs per token x tokens/s over a MEASURED bf16 matmul peak
   (the table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note
@@ -15,10 +15,10 @@ CUDA (default: the paper's model, n_ctx 512, batch 64, vocab 40478):
   compiled with the vocabulary padded to a multiple of 64 for the matrix units; a speed measurement only: the
   padding's logits are not masked here, and MFU counts the real vocabulary's FLOPs).
   bench/gpu_check.py runs it so, at the gpu profile's micro-batch (32):
-    python bench/train_step.py --device cuda --batch 32 --json b.json --profile-table step.txt
+    python -m bench.train_step --device cuda --batch 32 --json b.json --profile-table step.txt
 
 Levers (issue 43, bench/gpu/levers.py): "ours" followed by "+LEVER"s, each against "ours" in the same run:
-    python bench/train_step.py --device cuda --batch 32 --variants ours,ours+mb64,ours+mask64,ours+chunkce
+    python -m bench.train_step --device cuda --batch 32 --variants ours,ours+mb64,ours+mask64,ours+chunkce
   mbN: micro-batch N; maskN: the vocabulary padded to a multiple of N, the padding's logits -inf before the loss
   (the loss is the unpadded one); chunkce: the LM head and cross-entropy in chunks of --ce-rows positions whose
   gradients are made in the forward pass, so the [positions, vocabulary] logits never exist whole; autotune:
@@ -51,8 +51,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere without installing the package
 
 from gpt1.hf import to_hf_model
 from gpt1.model import GPT, GPTConfig, flops_per_token

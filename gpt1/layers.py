@@ -13,7 +13,7 @@ from typing import Any
 
 from gpt1 import layout, records
 from gpt1.config import LAYER_TRANSFER_TASKS
-from gpt1.errors import ConfigError, UsageError
+from gpt1.errors import UsageError
 from gpt1.files import (
     file_record,
     read_json,
@@ -24,7 +24,6 @@ from gpt1.files import (
 )
 from gpt1.significance import Key, Prediction, column_test, predictions_by_key, report_se
 
-CAPS = ("max_train_examples", "max_eval_examples")
 FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "train_examples", "dev_examples",
           "dev_split"]
 
@@ -45,26 +44,6 @@ def curve_point(k: int, metrics: dict[str, Any], predictions: Mapping[Key, Predi
             "dev_split": report["evaluated_on"]}
 
 
-def layer_caps(cfg: Any, task: str) -> dict[str, int | None]:
-    """The caps the layer runs (n_layer + 1 fine-tunings) narrow the task's fine-tuning examples to:
-    layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them (a key absent there
-    keeps the shared cap; null anywhere keeps finetune's). A cap can only narrow: one above what finetune keeps for
-    the task is an error, not a silent no-op."""
-    from gpt1.taskdata import finetune_task, train_cap
-
-    layers, finetune = cfg.section("layers"), cfg.section("finetune")
-    own = (layers.get("by_task") or {}).get(task, {})
-    caps = {key: layers.get(key) for key in CAPS} | own
-    kept = {"max_train_examples": train_cap(finetune_task(task), finetune),
-            "max_eval_examples": finetune["max_eval_examples"]}
-    for key, cap in caps.items():
-        if cap is not None and kept[key] is not None and cap > kept[key]:
-            where = f"layers.by_task.{task}.{key}" if key in own else f"layers.{key}"
-            raise ConfigError(f"{where}: {cap} is more than the {kept[key]} examples finetune keeps for {task} "
-                              f"(finetune's caps); a layer cap can only narrow them: lower it, or raise finetune's")
-    return caps
-
-
 def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path,
                  examples_dir: Path | None = None):
     """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve). The task's data: its
@@ -73,6 +52,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     from gpt1.finetuning import finetune_run
     from gpt1.numerics import in_effect, note_upstream
     from gpt1.runtime import default_device
+    from gpt1.taskdata import layer_caps
     from gpt1.tracking import stage_run
 
     if task not in LAYER_TRANSFER_TASKS:

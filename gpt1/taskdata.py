@@ -5,6 +5,8 @@ fine-tuning, ablation and layer job of that task reads.
 A library: it takes a task spec, the finetune section's data settings (train_cuts, max_train_examples,
 train_examples_by_task, max_eval_examples), which it reads by key and names in its errors, a tokenizer and n_ctx;
 it loads no params.yaml, knows no MLflow, and takes its folders as arguments (the file names come from `layout`).
+The layer runs' caps (`layer_caps`, what the layers stage narrows a task's examples to) take the loaded profile and
+read its layers and finetune sections.
 
 Data seeds: caps, the narrowing to a smaller cap and Story Cloze's selection slice use DATA_SEED, not the job's
 seed, so every variant and seed of a task sees the same examples and runs stay pairwise comparable.
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from gpt1 import layout
-from gpt1.errors import TaskDataError, UsageError
+from gpt1.errors import ConfigError, TaskDataError, UsageError
 from gpt1.files import (
     file_record,
     read_jsonl,
@@ -53,6 +55,7 @@ from gpt1.tasks import (
 DATA_SEED = 0
 SELECT_BEST_EPOCH = frozenset({"story_cloze"})  # no training split to spare: pick the best epoch on a slice
 SELECTION_FRACTION = 0.1
+LAYER_CAPS = ("max_train_examples", "max_eval_examples")  # what the layer runs may narrow (layer_caps)
 # The settings that decide which examples a task's jobs see, and so what the encoded examples hold.
 ENCODE_STAGE = "encode_task"
 
@@ -165,6 +168,24 @@ def load_part(spec: TaskSpec, role: str, split: str, cut: Cut | None, cap: int |
 def train_cap(spec: TaskSpec, settings: dict[str, Any]) -> int | None:
     """How many training examples a task keeps: its entry in `train_examples_by_task`, else `max_train_examples`."""
     return (settings.get("train_examples_by_task") or {}).get(spec.name, settings["max_train_examples"])
+
+
+def layer_caps(cfg: Any, task: str) -> dict[str, int | None]:
+    """The caps the layer runs (n_layer + 1 fine-tunings) narrow the task's fine-tuning examples to:
+    layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them (a key absent there
+    keeps the shared cap; null anywhere keeps finetune's). A cap can only narrow: one above what finetune keeps for
+    the task is an error, not a silent no-op."""
+    layers, finetune = cfg.section("layers"), cfg.section("finetune")
+    own = (layers.get("by_task") or {}).get(task, {})
+    caps = {key: layers.get(key) for key in LAYER_CAPS} | own
+    kept = {"max_train_examples": train_cap(finetune_task(task), finetune),
+            "max_eval_examples": finetune["max_eval_examples"]}
+    for key, cap in caps.items():
+        if cap is not None and kept[key] is not None and cap > kept[key]:
+            where = f"layers.by_task.{task}.{key}" if key in own else f"layers.{key}"
+            raise ConfigError(f"{where}: {cap} is more than the {kept[key]} examples finetune keeps for {task} "
+                              f"(finetune's caps); a layer cap can only narrow them: lower it, or raise finetune's")
+    return caps
 
 
 def plan_task_data(spec: TaskSpec, settings: dict[str, Any], source: DataSource, tokenizer: Any, n_ctx: int

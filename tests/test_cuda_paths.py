@@ -24,10 +24,9 @@ state to restore), and check it is what a GPU run needs.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import itertools
 import os
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +41,6 @@ from torch import nn
 from gpt1 import ids, pretrain, pretraining, resume, runtime
 from gpt1.runtime import Runtime
 
-REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
 BF16 = torch.bfloat16
@@ -266,11 +264,7 @@ def test_the_default_device_is_cuda_when_there_is_one(monkeypatch: pytest.Monkey
 
 @pytest.fixture(scope="module")
 def train_step() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_train_step", REPO / "bench" / "train_step.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("bench.train_step")
 
 
 def test_bench_cuda_defaults_are_the_paper_model_and_the_gpu_variants(train_step: ModuleType) -> None:

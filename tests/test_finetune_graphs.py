@@ -139,22 +139,21 @@ def test_the_fast_loop_stops_on_a_loss_that_is_not_finite() -> None:
 
 
 def test_section_e2_rehearses_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, products_on_torch) -> None:
-    """`run_graphs` in a Context loaded from its folder, as `bench/gpu_check.py section finetune_graphs` runs it.
+    """`run_graphs` in a Context loaded from its folder, as `python -m bench.gpu_check section finetune_graphs` runs it.
     Its products on torch's kernels, as in the GPU process it rehearses: the pinned mode's numpy products are
     outside what Dynamo traces, and each would count as a graph break."""
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    from gpu.env import Context
+    from bench.gpu.env import Context
 
     work = tmp_path / "work"
     Context(out=tmp_path / "out", work=work, bundle=tmp_path / "bundle", device="cpu", tiny=True,
             started=time.time(), budget_s=720.0).save()
     ctx = Context.load(work)
-    import gpu_check
+    from bench import gpu_check
 
     if "finetune_graphs" in gpu_check.RUNS:  # registered: through the section command itself
         assert gpu_check.main(["section", "finetune_graphs", "--work", str(work)]) == 0
     else:
-        from gpu.finetune_speed import run_graphs
+        from bench.gpu.finetune_speed import run_graphs
 
         run_graphs(ctx)
     record = json.loads(ctx.record("finetune_graphs").read_text())

@@ -19,7 +19,6 @@ from gpt1.numerics import PINNED_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
-sys.path.insert(0, str(REPO / "bench"))
 # Every section in the order they run; DEFAULT is what a run without --sections does (issue 43's, then the rest)
 SECTIONS = ["hardware", "host_probe", "dropout", "speed", "levers", "finetune_speed", "finetune_graphs", "stages",
             "precision", "speed_extra", "pretrain_minutes"]
@@ -54,16 +53,16 @@ def test_sections_runs_only_the_named_ones_and_refuses_an_unknown_name(tmp_path:
 
 
 def test_sections_default_to_issue_43s_and_all_names_every_one() -> None:
-    import gpu_check
-    from gpu import report
+    from bench import gpu_check
+    from bench.gpu import report
 
     assert [name for name, _, _ in report.SECTIONS] == SECTIONS == list(gpu_check.RUNS)
     assert gpu_check.parse_args(["run", "out"]).sections == DEFAULT
     assert gpu_check.parse_args(["run", "out", "--sections", "all"]).sections == SECTIONS
     assert all(set(limits) == set(SECTIONS) for limits in gpu_check.LIMITS.values())
     # Sections other workers write: registered with their limits, run when their modules are there
-    assert gpu_check.RUNS["levers"] == "gpu.levers:run" and report.TITLES["levers"][0] == "b2"
-    assert gpu_check.RUNS["finetune_graphs"] == "gpu.finetune_speed:run_graphs"
+    assert gpu_check.RUNS["levers"] == "bench.gpu.levers:run" and report.TITLES["levers"][0] == "b2"
+    assert gpu_check.RUNS["finetune_graphs"] == "bench.gpu.finetune_speed:run_graphs"
     assert report.TITLES["finetune_graphs"][0] == "e2"
     assert gpu_check.LIMITS["cuda"]["levers"] == 200 and gpu_check.LIMITS["cuda"]["finetune_graphs"] == 190
     # The default run fits the device tool's 600 s command with the wheels' install; each limit fits the budget
@@ -73,7 +72,7 @@ def test_sections_default_to_issue_43s_and_all_names_every_one() -> None:
 def test_commit_comes_from_the_bundle_and_says_where_the_trees_git_disagrees(tmp_path: Path, monkeypatch) -> None:
     """The device tool's copy of the tree carries the .git of the session's start (a stale HEAD), so the commit the
     bundle was prepared at comes first; git's only where no bundle names one."""
-    from gpu import env
+    from bench.gpu import env
 
     here = env.git_commit()
     assert here and len(here.removesuffix("-dirty")) == 40
@@ -88,7 +87,7 @@ def test_commit_comes_from_the_bundle_and_says_where_the_trees_git_disagrees(tmp
 
 def probe_bundle(bundle: Path) -> None:
     """A bundle with section h's probe (no numpy wheel: this environment's numpy) and the commit, nothing else."""
-    from gpu import env, host_probe
+    from bench.gpu import env, host_probe
 
     if not (host_probe.SOURCE / "probe.py").is_file():
         pytest.skip(f"no numerics probe at {host_probe.SOURCE}")
@@ -98,7 +97,7 @@ def probe_bundle(bundle: Path) -> None:
 
 def test_host_probe_rehearsal_compares_with_the_amd_file_and_the_report_names_machine_and_commit(
         tmp_path: Path) -> None:
-    from gpu import env
+    from bench.gpu import env
 
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     probe_bundle(bundle)
@@ -136,7 +135,7 @@ def test_dropout_rehearsal_measures_the_math_backends_rate_within_its_standard_e
 
 
 def test_host_probe_runs_the_modes_its_scripts_offer(tmp_path: Path) -> None:
-    from gpu import host_probe
+    from bench.gpu import host_probe
 
     probe_bundle(tmp_path)
     shared = [mode for mode in host_probe.MODES if mode.script == "shared"]
@@ -148,7 +147,7 @@ def test_host_probe_runs_the_modes_its_scripts_offer(tmp_path: Path) -> None:
 
 
 def test_bundle_carries_what_the_stages_need_beyond_the_gpu_machines_packages() -> None:
-    from gpu.bundle import BASE, ON_GPU, carried, closure
+    from bench.gpu.bundle import BASE, ON_GPU, carried, closure
 
     wanted, sure = set(carried()), set(closure(BASE)) & ON_GPU
     assert {"mlflow-skinny", "mlflow-tracing", "datasets", "jsonschema", "sqlalchemy", "alembic"} <= wanted
@@ -158,7 +157,7 @@ def test_bundle_carries_what_the_stages_need_beyond_the_gpu_machines_packages() 
 
 
 def test_budget_marks_each_speed_measured_or_assumed(tmp_path: Path) -> None:
-    import gpu_budget
+    from bench import gpu_budget
 
     measured = tmp_path / "measured.json"
     measured.write_text(json.dumps({"source": "NVIDIA H100, 2026-12-01", "peak_tflops": 800.0, "mfu": 0.5,
@@ -176,11 +175,11 @@ def present(name: str) -> bool:
     """Whether a section's function exists yet (levers and finetune_graphs are written by others, in parallel)."""
     import importlib
 
-    import gpu_check
+    from bench import gpu_check
 
     module, function = gpu_check.RUNS[name].split(":")
     if name == "host_probe":  # its probe lives beside the repository, in ../shared
-        from gpu.host_probe import SOURCE
+        from bench.gpu.host_probe import SOURCE
 
         return (SOURCE / "probe.py").is_file()
     try:
@@ -193,7 +192,7 @@ def present(name: str) -> bool:
 def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, tiny_data) -> None:
     import shutil
 
-    from gpu.report import OUT_FILES, TITLES
+    from bench.gpu.report import OUT_FILES, TITLES
 
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     prepared = run_script("--prepare", "--no-wheels", "--bundle", str(bundle), "--sample", "20", "--book-chars",

@@ -4,21 +4,16 @@ gradients), the levers' variants parse, what counts as paid, and the section's C
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-
-import train_step  # noqa: E402 - bench/ on the path first
-from gpu import levers  # noqa: E402
-
-from gpt1.model import GPT, GPTConfig  # noqa: E402
-from tests.test_gpu_check import run_script  # noqa: E402
+from bench import train_step
+from bench.gpu import levers
+from gpt1.model import GPT, GPTConfig
+from tests.test_gpu_check import run_script
 
 VOCAB, PADDED, ROWS, WIDTH = 50, 64, 37, 16
 

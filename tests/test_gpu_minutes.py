@@ -17,7 +17,7 @@ from pipeline_repo import SNAKEMAKE, run, smoke_checkout, user_env
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MIRROR = REPO.parent / "shared" / "data"
 PROFILE = "gpu-minutes"
-PLAN = [sys.executable, str(REPO / "bench" / "gpu_budget.py"), "--profile", PROFILE, "--lengths",
+PLAN = [sys.executable, "-m", "bench.gpu_budget", "--profile", PROFILE, "--lengths",
         str(REPO / "bench" / "results" / "gpu_budget_lengths.json"), "--measured",
         str(REPO / "bench" / "results" / "gpu_speeds_h100.json"), "--jobs-at-once", "8", "--max-minutes", "8"]
 # The profile at a CPU's size: the same stages, data sources, cuts and recipe, a tiny model on a little of each

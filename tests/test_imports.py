@@ -1,14 +1,25 @@
 """The package's import graph (module-level and function-level imports, read by gpt1.codedeps): no cycle, and no
-stage module imports another stage module (a stage's shared code lives in a library). cli.py, __main__.py and bench/
-may import stages; the stage modules are those holding a CLI command's stage function."""
+stage module imports another stage module (a stage's shared code lives in a library). Only cli.py and __main__.py
+may import stages; the stage modules are those holding a CLI command's stage function.
+
+Beside the package, bench/ (speed and memory) and experiments/ (the studies) are packages run as `python -m
+bench.<module>` and `python -m experiments.<study>`: none of their modules imports a stage module or the CLI (they use
+the libraries, and run a stage as `python -m gpt1 <stage>` in a child) or touches sys.path, bench imports nothing of
+experiments, and every module with a `main` imports as a package module."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 from gpt1.codedeps import find_cycle, import_graph, stage_modules
 
 ENTRY_POINTS = {"gpt1.cli", "gpt1.__main__"}  # they dispatch to stages
+REPO = Path(__file__).resolve().parents[1]
+ROOMS = ("bench", "experiments")
 
 
 def stage_imports(package_dir: Path | None = None) -> list[str]:
@@ -55,3 +66,74 @@ def test_the_checks_find_a_cycle_and_a_stage_importing_a_stage(tmp_path: Path):
     assert stage_imports(package) == ["gpt1.one -> gpt1.two"]
     (package / "deep.py").write_text("")
     assert find_cycle(import_graph(package)) is None
+
+
+# --- bench/ and experiments/ ----------------------------------------------------------------------------------------
+
+
+def room_modules(repo: Path = REPO) -> list[Path]:
+    return sorted(path for room in ROOMS for path in (repo / room).rglob("*.py"))
+
+
+def imported_names(node: ast.AST) -> list[str]:
+    """The modules an import statement may load: `from a import b` loads a, and a.b where b is a module."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return []
+
+
+def room_offences(forbidden: set[str], repo: Path = REPO) -> list[str]:
+    """'file:line: what' for each import of a `forbidden` module (the stage modules and the CLI), each use of
+    sys.path, and each import of experiments from bench, in the modules of bench/ and experiments/."""
+    found = []
+    for path in room_modules(repo):
+        name = path.relative_to(repo).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for module in imported_names(node):
+                if module in forbidden or module == "sys.path":
+                    found.append((name, node.lineno, f"imports {module}"))
+                elif name.startswith("bench/") and module.split(".")[0] == "experiments":
+                    found.append((name, node.lineno, f"bench imports {module}"))
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys":
+                found.append((name, node.lineno, "sys.path"))
+    return [f"{name}:{line}: {what}" for name, line, what in sorted(found)]
+
+
+def defines_main(path: Path) -> bool:
+    return any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in ast.parse(path.read_text()).body)
+
+
+def main_modules(repo: Path = REPO) -> list[str]:
+    """bench.x, experiments.y, ...: every module of the two rooms that defines main()."""
+    return [".".join(path.relative_to(repo).with_suffix("").parts) for path in room_modules(repo) if defines_main(path)]
+
+
+def test_bench_and_experiments_import_no_stage_or_cli_and_leave_sys_path_alone():
+    offending = room_offences(set(stage_modules().values()) | ENTRY_POINTS)
+    assert not offending, ("bench/ and experiments/ use the libraries (a stage runs as `python -m gpt1 <stage>`), "
+                           f"import as packages and bench imports no study: {'; '.join(offending)}")
+
+
+@pytest.mark.parametrize("module", main_modules())
+def test_every_module_with_a_main_imports_as_a_package_module(module: str):
+    assert callable(importlib.import_module(module).main)
+
+
+def test_the_room_checks_find_a_stage_the_cli_sys_path_and_bench_importing_a_study(tmp_path: Path):
+    for room in ROOMS:
+        (tmp_path / room).mkdir()
+        (tmp_path / room / "__init__.py").write_text("")
+    (tmp_path / "bench" / "fine.py").write_text(
+        "import sys\nfrom gpt1 import layout\nfrom bench.common import REPO\n\n\ndef main():\n    print(sys.argv)\n")
+    (tmp_path / "bench" / "bad.py").write_text("import sys\nsys.path.insert(0, '.')\nfrom experiments import study\n")
+    (tmp_path / "experiments" / "study.py").write_text(
+        "from bench.common import REPO\nfrom gpt1 import pretrain\n\n\ndef main():\n    from gpt1.cli import main\n")
+    (tmp_path / "experiments" / "other.py").write_text("from sys import path\nimport gpt1.report.stage\n")
+    assert room_offences({"gpt1.pretrain", "gpt1.report.stage", "gpt1.cli"}, tmp_path) == [
+        "bench/bad.py:2: sys.path", "bench/bad.py:3: bench imports experiments",
+        "bench/bad.py:3: bench imports experiments.study", "experiments/other.py:1: imports sys.path",
+        "experiments/other.py:2: imports gpt1.report.stage", "experiments/study.py:2: imports gpt1.pretrain",
+        "experiments/study.py:6: imports gpt1.cli"]
+    assert main_modules(tmp_path) == ["bench.fine", "experiments.study"]

@@ -8,16 +8,17 @@ from conftest import tiny_config
 
 from gpt1.config import LAYER_TRANSFER_TASKS, load_config
 from gpt1.errors import ConfigError, Gpt1Error
-from gpt1.layers import CAPS, curve_point, layer_caps, layers_stage
+from gpt1.layers import curve_point, layers_stage
 from gpt1.metrics import bootstrap_se
 from gpt1.significance import predictions_by_key
+from gpt1.taskdata import LAYER_CAPS, layer_caps
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_layer_runs_narrow_the_tasks_examples_to_their_own_caps():
     cfg = load_config(REPO / "params.yaml", "default", ["layers.by_task={}"])
-    assert layer_caps(cfg, "mnli") == {key: cfg.section("layers")[key] for key in CAPS}
+    assert layer_caps(cfg, "mnli") == {key: cfg.section("layers")[key] for key in LAYER_CAPS}
     smoke = load_config(REPO / "params.yaml", "smoke")
     assert layer_caps(smoke, "mnli") == {"max_train_examples": None, "max_eval_examples": None}  # null: finetune's
     evaluated = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"])

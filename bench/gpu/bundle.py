@@ -28,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
-from gpu.env import PARAMS, PROFILE, REPO, SMALL, TASKS, write_json
+from bench.gpu.env import PARAMS, PROFILE, REPO, SMALL, TASKS, with_repo, write_json
 
 MAX_BYTES = 58 * 2**20  # of the 64 MiB that travel, the repository takes ~4 (wheels ~23, gpu_profile/ ~26)
 # What the stages import beyond what the GPU machine is sure to have: the roots whose dependency closure, less what
@@ -88,11 +88,10 @@ def environment(**values: str) -> Iterator[None]:
 
 
 def gpt1(stage: str, *args: str) -> None:
-    """`gpt1 STAGE ...` in this process (the real CLI: parsing, config, boundary), smoke profile with SMALL."""
-    from gpt1.cli import main
-
+    """`python -m gpt1 STAGE ...` in a child (the real CLI: parsing, config, boundary), smoke profile with SMALL."""
     sets = [f"--set={o}" for o in SMALL]
-    code = main([stage, "--params", str(PARAMS), "--profile", PROFILE, *sets, *args])
+    command = [sys.executable, "-m", "gpt1", stage, "--params", str(PARAMS), "--profile", PROFILE, *sets, *args]
+    code = subprocess.run(command, env=with_repo(dict(os.environ))).returncode
     if code != 0:
         raise SystemExit(f"prepare: gpt1 {stage} exited {code}")
 
@@ -118,11 +117,12 @@ def make_lengths(bundle: Path, sample: int, book_chars: int) -> str:
     mirror = Path(os.environ.get("GPT1_DATA_MIRROR", REPO.parent / "shared" / "data"))
     if not mirror.is_dir():
         return f"no lengths.json: no data mirror at {mirror} (set GPT1_DATA_MIRROR)"
-    args = [sys.executable, str(REPO / "bench" / "gpu_budget.py"), "--profile", "gpu", "--sample", str(sample),
+    args = [sys.executable, "-m", "bench.gpu_budget", "--profile", "gpu", "--sample", str(sample),
             "--book-chars", str(book_chars), "--save-lengths", str(bundle / "lengths.json")]
-    done = subprocess.run(args, env={**os.environ, "GPT1_DATA_MIRROR": str(mirror)}, capture_output=True, text=True)
+    done = subprocess.run(args, env=with_repo({**os.environ, "GPT1_DATA_MIRROR": str(mirror)}), capture_output=True,
+                          text=True)
     if done.returncode != 0:
-        raise SystemExit(f"prepare: bench/gpu_budget.py failed: {done.stderr[-2000:]}")
+        raise SystemExit(f"prepare: python -m bench.gpu_budget failed: {done.stderr[-2000:]}")
     return f"lengths.json: {sample} examples per task, {book_chars:,} characters of novels"
 
 

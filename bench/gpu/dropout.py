@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from bench.gpu.env import Context
+from bench.gpu.report import Record, md_table
 from gpt1.model import GPT
 from gpt1.runtime import attention_kernels, autocast
-from gpu.env import Context
-from gpu.report import Record, md_table
 
 P = 0.1  # the paper's attention, residual and embedding dropout
 # batch, heads, sequence, head dim: the paper's model (12 x 64 = 768, context 512) on CUDA

@@ -174,13 +174,18 @@ def provenance(ctx: Context) -> dict[str, Any]:
 # The gpt1 CLI as a child
 
 
+def with_repo(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the repository first on PYTHONPATH: a child runs this checkout's `gpt1` and `bench` (`python -m
+    bench.gpu_check`, `python -m gpt1`) from any folder, installed or not."""
+    paths = [str(REPO), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def child_env(ctx: Context) -> dict[str, str]:
     """The environment of every child: the repository importable, the run's MLflow store, no progress bars, no
     data mirror (the smoke profile's data is made by the project); on the CPU no GPU and one thread each."""
-    env = dict(os.environ)
-    paths = [str(REPO), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]]
-    env.update(PYTHONPATH=os.pathsep.join(paths), MLFLOW_TRACKING_URI=f"sqlite:///{ctx.work / 'mlflow.db'}",
-               TQDM_DISABLE="1", PYTHONUNBUFFERED="1")  # fmt: skip
+    env = with_repo(dict(os.environ))
+    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{ctx.work / 'mlflow.db'}", TQDM_DISABLE="1", PYTHONUNBUFFERED="1")
     env.pop("GPT1_DATA_MIRROR", None)
     if not ctx.cuda:
         env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

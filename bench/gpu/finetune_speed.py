@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from bench.gpu.env import REPO, Context, run_one, write_json
+from bench.gpu.report import Record, md_table
 from gpt1.config import load_config
 from gpt1.finetuning import Recipe, Trainer, bucket_length
 from gpt1.heads import FinetuneModel
@@ -35,8 +37,6 @@ from gpt1.model import GPT, GPTConfig
 from gpt1.taskdata import Part
 from gpt1.tasks import Example, LoadedSplit, Transformed, get_task
 from gpt1.tokenizer import FINETUNE_SPECIALS
-from gpu.env import REPO, Context, run_one, write_json
-from gpu.report import Record, md_table
 
 PAPER = GPTConfig(vocab_size=40478, n_ctx=512, n_embd=768, n_layer=12, n_head=12)
 TINY = GPTConfig(vocab_size=512, n_ctx=64, n_embd=64, n_layer=2, n_head=2)
@@ -80,7 +80,7 @@ def update_seconds(model: FinetuneModel, recipe: Recipe, data: Part, batches: in
 
 def flops_per_update(cfg: GPTConfig, examples: int, sequences: int, length: int, lm_weight: float) -> float:
     """bench/gpu_budget.py's count: blocks and attention at every position, the LM head on the real tokens."""
-    from gpu_budget import Costs, Lengths
+    from bench.gpu_budget import Costs, Lengths
 
     costs = Costs.of(GPT(cfg), mfu=1.0)
     tokens = sequences * length
@@ -141,7 +141,7 @@ def budget(ctx: Context, measured: dict[str, Any], name: str = "measured.json") 
     lengths = ctx.bundle / "lengths.json"
     if not lengths.is_file():
         return "skipped: the bundle has no lengths.json (made by --prepare where the data mirror is)"
-    args = [sys.executable, str(REPO / "bench" / "gpu_budget.py"), "--profile", "gpu", "--lengths", str(lengths),
+    args = [sys.executable, "-m", "bench.gpu_budget", "--profile", "gpu", "--lengths", str(lengths),
             "--measured", str(path)]
     done = run_one(ctx, "gpu_budget", args, max(30.0, ctx.remaining())).check()
     return done.log.read_text()
@@ -172,7 +172,8 @@ def run(ctx: Context) -> None:
     record.update(budget=text)
     summary = (f"fixed {fitted['update_ms']:.1f} ms/update, fine-tuning MFU {fitted['finetune_mfu']:.1%}; "
                f"gpu profile {hours} GPU-hours" + ("" if ctx.cuda and not ctx.tiny else " (assumed speeds: rehearsal)"))
-    record.save("ok", summary=summary, markdown=f"{table}\n\nbench/gpu_budget.py --profile gpu --measured:\n\n{text}")
+    record.save("ok", summary=summary,
+                markdown=f"{table}\n\npython -m bench.gpu_budget --profile gpu --measured:\n\n{text}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -374,5 +375,6 @@ def write_up(ctx: Context, record: Record, found: dict[str, Any]) -> None:
     fixed = f", fixed cost {fitted['update_ms']:.1f} ms" if fitted else ""
     summary = (f"{head}{fixed}; gpu profile {hours} GPU-hours" +
                ("" if gpu else " (CPU rehearsal: no GPU's figures, assumed speeds)"))
-    markdown = (f"{graphs_table(found, peak)}\n\nbench/gpu_budget.py --profile gpu --measured (fast path):\n\n{text}")
+    markdown = (f"{graphs_table(found, peak)}\n\npython -m bench.gpu_budget --profile gpu --measured (fast path):"
+                f"\n\n{text}")
     record.save("ok" if "graphs_ms" in mnli else "failed", summary=summary, markdown=markdown)

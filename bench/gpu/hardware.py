@@ -10,10 +10,10 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 
 import torch
-from train_step import matmul_peak, sync
 
-from gpu.env import Context, command_output, provenance
-from gpu.report import Record, md_table
+from bench.gpu.env import Context, command_output, provenance
+from bench.gpu.report import Record, md_table
+from bench.train_step import matmul_peak, sync
 
 
 def _version(name: str) -> str:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu.env import REPO, Context, command_output, cpu_model
-from gpu.report import Record, md_table
+from bench.gpu.env import REPO, Context, command_output, cpu_model
+from bench.gpu.report import Record, md_table
 
 SOURCE = REPO.parent / "shared" / "reference" / "numerics-probe"  # probe.py and the AMD host's JSON files
 FOLDER = "probe"  # in the bundle
@@ -61,7 +61,7 @@ MODES = (
 
 def prepare(bundle: Path, wheels: bool) -> str:
     """probe.py and the AMD files into BUNDLE/probe/, and numpy's cp312 wheel unless --no-wheels."""
-    from gpu.bundle import pip
+    from bench.gpu.bundle import pip
 
     folder = bundle / FOLDER
     shutil.rmtree(folder, ignore_errors=True)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpu.env import REPO, Context
-from gpu.report import Record, md_table
-from gpu.speed import percent, recorded_peak, train_step
+from bench.gpu.env import REPO, Context
+from bench.gpu.report import Record, md_table
+from bench.gpu.speed import percent, recorded_peak, train_step
 
 LEVERS = {"mb64": "micro-batch 64", "mask64": "vocabulary padded to 64, masked", "chunkce": "chunked LM head + CE"}
 AUTOTUNE = "autotune"
@@ -43,7 +43,7 @@ TINY_LEVERS = ("--vocab", "500", "--ce-rows", "64")
 
 def section_seconds(ctx: Context) -> float:
     """What this section may spend: its limit in bench/gpu_check.py, or what is left of the run's budget."""
-    from gpu_check import LIMITS
+    from bench.gpu_check import LIMITS
 
     return min(LIMITS[ctx.device]["levers"], ctx.remaining())
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
+from bench.gpu.env import Context, run_one
+from bench.gpu.report import Record, md_table
+from bench.gpu.stages import pretrain_args, twins
 from gpt1.model import GPT, GPTConfig
 from gpt1.runtime import attention_kernels, autocast, configure_device
-from gpu.env import Context, run_one
-from gpu.report import Record, md_table
-from gpu.stages import pretrain_args, twins
 
 PAPER = GPTConfig(vocab_size=40478, n_ctx=512, n_embd=768, n_layer=12, n_head=12)
 TINY = GPTConfig(vocab_size=512, n_ctx=64, n_embd=64, n_layer=2, n_head=2)

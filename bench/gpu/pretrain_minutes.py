@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu.env import PARAMS, Context, start
-from gpu.report import CURVE_CSV, Record, md_table
+from bench.gpu.env import PARAMS, Context, start
+from bench.gpu.report import CURVE_CSV, Record, md_table
 
 GPU_PROFILE = "gpu_profile"  # folder of the bundle: ids/ and tokenizer/ of the gpu profile
 EVAL_EVERY, EVAL_BATCHES = 250, 10

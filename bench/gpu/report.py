@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu.env import Context, write_json
+from bench.gpu.env import Context, write_json
 
 # What comes back from the GPU machine: at most 8 files (the device tool's limit); the shell script writes log.txt.
 RESULTS, REPORT, LOG = "results.json", "report.md", "log.txt"

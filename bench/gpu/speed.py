@@ -12,8 +12,8 @@ import json
 import sys
 from typing import Any
 
-from gpu.env import REPO, Context, Finished, run_one
-from gpu.report import PROFILE_TABLE, Record, md_table
+from bench.gpu.env import REPO, Context, Finished, run_one
+from bench.gpu.report import PROFILE_TABLE, Record, md_table
 
 MFU_TARGET, HF_TARGET = 0.55, 3.0  # the issue's targets: MFU of ours compiled, and ours over HF eager
 TINY_SHAPE = ("--n-layer", "2", "--n-embd", "64", "--n-head", "2", "--n-ctx", "64", "--vocab", "512", "--batch", "4")
@@ -40,7 +40,7 @@ def recorded_peak(ctx: Context) -> float | None:
 def command(ctx: Context, variants: str, json_path: str, profile: bool, extra: tuple[str, ...] = ()) -> list[str]:
     """bench/train_step.py at the paper's shape and the gpu profile's micro-batch and dropout (tiny on the CPU);
     `extra` last (argparse keeps the last of an option given twice)."""
-    args = [sys.executable, str(REPO / "bench" / "train_step.py"), "--device", ctx.device, "--variants", variants,
+    args = [sys.executable, "-m", "bench.train_step", "--device", ctx.device, "--variants", variants,
             "--json", json_path, "--dropout", str(gpu_profile("model")["dropout"])]
     if ctx.tiny or not ctx.cuda:
         args += [*TINY_SHAPE, "--repeats", "3", "--warmup", "1"]

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu.env import PRETRAIN, SMALL, TASKS, Context, Finished, gpt1_args, run_all, run_one, start
-from gpu.report import STAGES_TAR, Record, md_table
+from bench.gpu.env import PRETRAIN, SMALL, TASKS, Context, Finished, gpt1_args, run_all, run_one, start
+from bench.gpu.report import STAGES_TAR, Record, md_table
 
 FIRST_CHECKPOINT_S = 240  # compile on a cold cache comes first
 SNAPSHOTS = int(dict(o.split("=") for o in PRETRAIN)["pretrain.snapshots"])
@@ -86,15 +86,26 @@ def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def pretrain_files(out: Path, snapshots: int) -> set[Path]:
+    """Every file a finished pre-training leaves in `out`, as the stage declares them: layout's files of the folder
+    and its snapshots folder, `snapshots` weights files (checkpoints' names) and their index."""
+    from gpt1 import layout
+    from gpt1.checkpoints import snapshot_name
+
+    names = (layout.MODEL_WEIGHTS, layout.MODEL_JSON, layout.PRETRAIN_METRICS, layout.PRETRAIN_CURVES)
+    snapshots_dir = out / layout.SNAPSHOTS
+    return {*(out / name for name in names), *(snapshots_dir / snapshot_name(i) for i in range(snapshots)),
+            snapshots_dir / layout.SNAPSHOT_INDEX}
+
+
 def verify_pretrain(out: Path, tokenizer: Path, snapshots: int) -> dict[str, Any]:
     from gpt1 import records
     from gpt1.checkpoints import iter_snapshots, load_pretrained
     from gpt1.files import verify_file
-    from gpt1.pretrain import declared_outputs
     from gpt1.tokenizer import GPT1Tokenizer
 
     files = {p for p in out.rglob("*") if p.is_file()}
-    if files != set(declared_outputs(out, snapshots)):
+    if files != pretrain_files(out, snapshots):
         raise RuntimeError(f"{out}: files differ from the declared outputs: {sorted(map(str, files))}")
     _, meta = load_pretrained(out)  # checks model.safetensors against model.json's size and sha256
     for _, path in iter_snapshots(out):

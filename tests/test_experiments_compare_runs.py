@@ -1,18 +1,15 @@
-"""bench/compare_runs.py: per-seed cells, their mean across seeds and the paired test between two results trees,
+"""experiments/compare_runs.py: per-seed cells, their mean across seeds and the paired test between two results trees,
 on hand-made runs whose answer is known."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from test_report import record_beside, write_metrics
 from test_significance import write_predictions
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # last: its tokenizer.py must shadow nothing
-import compare_runs  # a script folder, not a package
-
+from experiments import compare_runs
 from gpt1 import layout
 from gpt1.errors import ReportError
 

@@ -1,6 +1,6 @@
 """Fine-tuned score against pre-training tokens: each snapshot of the pre-training run as the starting point.
 
-    GPT1_DATA_MIRROR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python bench/pretrain_tokens.py \\
+    GPT1_DATA_MIRROR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python -m experiments.pretrain_tokens \\
         --snapshots 3,4,5 --tasks sst2:3200,qnli:400,rte:400
 
 Each arm fine-tunes the default profile's GPT from one weight snapshot of its pre-training
@@ -8,14 +8,14 @@ Each arm fine-tunes the default profile's GPT from one weight snapshot of its pr
 `scratch`, from no pre-training at all, or, arm `NAME:INDEX`, from a snapshot of another pre-training run named by
 `--run NAME=FOLDER` (a longer budget, say: its full schedule, not a snapshot midway; or another shape of the GPT,
 whose model.json says it), through
-bench/finetune_ab.py's held-out design: every arm trains on the same
+experiments/finetune_ab.py's held-out design: every arm trains on the same
 seeded subset of the first 80% of the task's training data, from the same seed, and is scored on the same held-out
 rest, never on a split the tables report. The arms of a task run one after another, their order rotated from task
 to task. Printed per task and arm: the pre-training tokens and validation perplexity of the snapshot, the held-out
 score ± bootstrap SE, and its difference from scratch and from the final model with the p of a paired bootstrap
 over the held-out examples. So it measures how fast the fine-tuned scores rise with the pre-training budget, which
-says what budget the paper's effects would need. Raw points: bench/results/pretrain_tokens.jsonl (the run of
-2026-11-23 logged no scores there: its printed table is bench/results/pretrain_tokens.txt).
+says what budget the paper's effects would need. Raw points: experiments/results/pretrain_tokens.jsonl (the run of
+2026-11-23 logged no scores there: its printed table is experiments/results/pretrain_tokens.txt).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import REPO, machine
-from finetune_ab import compare, holdout_point
-from learning_curves import RESULTS
+from bench.common import REPO, machine
+from experiments.finetune_ab import compare, holdout_point
+from experiments.learning_curves import RESULTS
 
 PRETRAIN = REPO / "results" / "default" / "pretrain" / "gpt"
 LOG = RESULTS.with_name("pretrain_tokens.jsonl")

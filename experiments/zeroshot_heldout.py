@@ -1,6 +1,6 @@
 """Figure 2 right on examples the figure never reports: does a pre-training budget lift the zero-shot heuristics?
 
-    GPT1_DATA_MIRROR=../shared/data .venv/bin/python bench/zeroshot_heldout.py \\
+    GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m experiments.zeroshot_heldout \\
         --run 1x=results/default/pretrain/gpt --run 2x=<folder> --run 4x=<folder> --examples 1000 --reported 1000
 
 The zero-shot stage (gpt1.zeroshot) scores its four heuristics on CoLA, SST-2 and RACE validation and on a seeded
@@ -16,7 +16,7 @@ Every run (`--run NAME=FOLDER`, a `gpt1 pretrain` output) is scored at its first
 runs sharing a first snapshot (the same seed, so the same initial weights) score it once. Printed: each point's
 score ± bootstrap SE, final minus first with the paired bootstrap's p, and how many of the four curves end above
 where they start by more than one SE (the issue's yardstick for Figure 2 right). Raw points:
-bench/results/zeroshot_heldout.jsonl; `--from-log` prints an invocation's table again from them, scoring nothing.
+experiments/results/zeroshot_heldout.jsonl; `--from-log` prints an invocation's table again from them, scoring nothing.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import MIRROR, REPO, machine
 
-LOG = REPO / "bench" / "results" / "zeroshot_heldout.jsonl"
+from bench.common import MIRROR, REPO, machine
+
+LOG = Path(__file__).with_name("results") / "zeroshot_heldout.jsonl"
 TOKENIZER = REPO / "results" / "default" / "tokenizer"
 
 

@@ -1,15 +1,14 @@
-"""bench/zeroshot_heldout.py's table and its --from-log reading: what BENCHMARKS.md quotes is what they print."""
+"""experiments/zeroshot_heldout.py's table and its --from-log reading: what docs/experiments_archive.md quotes is
+what they print."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # last: its tokenizer.py must shadow nothing
-import zeroshot_heldout  # a script folder, not a package
+from experiments import zeroshot_heldout
 
 
 def point(raw: float, se: float = 0.01, p: float | None = None) -> dict:

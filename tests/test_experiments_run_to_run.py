@@ -1,4 +1,4 @@
-"""bench/run_to_run.py: how far two runs' table cells move in their standard errors, and which of Table 5's paired
+"""experiments/run_to_run.py: how far two runs' table cells move in their standard errors, and which of Table 5's paired
 tests keep their verdict, on hand-made table CSVs whose answer is known."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import csv
 import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # last: its tokenizer.py must shadow nothing
-import run_to_run  # a script folder, not a package
+from experiments import run_to_run
 
 FIELDS = ["table", "method", "source", "variant", "column", "value_exact", "se", "p_value"]
 

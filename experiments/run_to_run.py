@@ -1,7 +1,7 @@
 """How far the cells of the results tables move between two runs, in units of their bootstrap standard errors.
 
-    .venv/bin/python bench/run_to_run.py b3e08eb~1:docs/results/tables/table5.csv docs/results/tables/table5.csv
-    .venv/bin/python bench/run_to_run.py f200b40:docs/results/tables docs/results/tables     # every table
+    .venv/bin/python -m experiments.run_to_run b3e08eb~1:docs/results/tables/table5.csv docs/results/tables/table5.csv
+    .venv/bin/python -m experiments.run_to_run f200b40:docs/results/tables docs/results/tables     # every table
 
 Why: with one seed a cell's ± is a bootstrap over the evaluation examples; it leaves out the noise of training
 (initialisation, dropout, batch order) and of the machine (kernels that sum in another order). Two runs that differ

@@ -1,17 +1,17 @@
 """Two values of one fine-tuning setting, A against B: held-out score (paired) and training time, interleaved.
 
-    GPT1_DATA_MIRROR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python bench/finetune_ab.py \\
+    GPT1_DATA_MIRROR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python -m experiments.finetune_ab \\
         --key finetune.dropout --arms 0.1,0.0 --tasks sst2:3200,stsb:400,rte:400 --rounds 1
 
-Each point is a fine-tuning job of the default profile's pre-trained GPT through bench/learning_curves.py's held-out
-design: it trains on a seeded subset of the first 80% of the task's training data and is scored on the held-out
+Each point is a fine-tuning job of the default profile's pre-trained GPT through learning_curves.py's held-out design:
+it trains on a seeded subset of the first 80% of the task's training data and is scored on the held-out
 rest, never on a split the tables report. `--key transfer_layers` compares two values of the layers stage's k
 (the embeddings and the first k blocks transferred, Figure 2 left) instead of a params key; `--key train_examples`
 two training sizes (seeded subsets of the same training part; the size in --tasks is then ignored). Otherwise both
 arms train on the same examples from the same seed. They run interleaved (A B, B A, ...) so that the machine's
 drift hits them alike. Printed per task: the median training seconds of each arm, their ratio, each arm's
 held-out score ± bootstrap SE (first round), and their difference with the p of a paired bootstrap over the
-held-out examples. Raw points are appended to bench/results/finetune_ab.jsonl.
+held-out examples. Raw points are appended to experiments/results/finetune_ab.jsonl.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import machine
-from learning_curves import RESULTS, holdout_job
+from bench.common import machine
+from experiments.learning_curves import RESULTS, holdout_job
 
 TRANSFER_LAYERS = "transfer_layers"  # not a params key: the layers stage's k
 TRAIN_EXAMPLES = "train_examples"  # not a params key either: the training subset's size

@@ -1,6 +1,6 @@
 """Table 5's cells seed by seed, and Figure 2 left's all-layers-minus-none per seed, from a run with several seeds.
 
-    .venv/bin/python bench/seed_cells.py [RESULTS_DIR] [--seeds 0,1,2]
+    .venv/bin/python -m experiments.seed_cells [RESULTS_DIR] [--seeds 0,1,2]
 
 Reads each fine-tuning job's metrics.json (the task's paper metric, averaged over its reports as Table 5 does for
 MNLI) and each layers.csv under RESULTS_DIR (default: results/default), and prints a Markdown table: one row per
@@ -18,8 +18,7 @@ import math
 import statistics
 from pathlib import Path
 
-from common import REPO
-
+from bench.common import REPO
 from gpt1.config import LAYER_TRANSFER_TASKS
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]

@@ -1,14 +1,10 @@
-"""bench/lm_recipe.py: the arms' overrides, and the refusal of an arm that would train on fewer tokens."""
+"""experiments/lm_recipe.py: the arms' overrides, and the refusal of an arm that would train on fewer tokens."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # last: its tokenizer.py must shadow nothing
-import lm_recipe  # a script folder, not a package
+from experiments import lm_recipe
 
 STEPS = ["pretrain.max_steps=600", "pretrain.warmup_steps=200"]
 

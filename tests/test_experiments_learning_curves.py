@@ -1,13 +1,10 @@
-"""bench/learning_curves.py's held-out settings: what bench/finetune_ab.py's A/B arms actually train with."""
+"""experiments/learning_curves.py's held-out settings: what experiments/finetune_ab.py's A/B arms train with."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # last: its tokenizer.py must shadow nothing
-import learning_curves  # a script folder, not a package
-
+from experiments import learning_curves
 from gpt1.config import finetune_settings, load_config
 from gpt1.finetuning import Recipe
 

@@ -6,12 +6,12 @@ of params.yaml. Validation windows come from pretrain.seed, so every arm is scor
 run's perplexity does not depend on the machine's speed: only the wall times do. Arms run as separate processes,
 `--jobs` at a time with `--threads` torch threads each.
 
-    .venv/bin/python bench/lm_recipe.py --arms baseline,lr1e-3,lr2e-3+clip+nodrop+fp32 --jobs 2 --threads 1
-    .venv/bin/python bench/lm_recipe.py --arms plain-bf16+nodrop,plain-bf16+nodrop+b16 \\
+    .venv/bin/python -m experiments.lm_recipe --arms baseline,lr1e-3,lr2e-3+clip+nodrop+fp32 --jobs 2 --threads 1
+    .venv/bin/python -m experiments.lm_recipe --arms plain-bf16+nodrop,plain-bf16+nodrop+b16 \\
         --set pretrain.max_steps=600 --set pretrain.warmup_steps=200     # an @steps arm needs both
 
 Prints one Markdown row per arm: validation perplexity and loss, updates, tokens, wall time, tokens/s, and the
-perplexity ratio to the first arm. Raw results go to bench/results/lm_recipe.jsonl (one line per run).
+perplexity ratio to the first arm. Raw results go to experiments/results/lm_recipe.jsonl (one line per run).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine
+from bench.common import REPO, machine
 
 # Each arm: overrides of the default profile (dotted keys, as `gpt1 <stage> --set`).
 ARMS: dict[str, list[str]] = {
@@ -111,9 +111,9 @@ def run_arm(name: str, extra: list[str], out: Path) -> dict:
 def launch(name: str, extra: list[str], threads: int, scratch: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "MLFLOW_TRACKING_URI": f"sqlite:///{scratch / 'mlflow.db'}"}
-    command = [sys.executable, __file__, "--one", name, "--scratch", str(scratch)]
+    command = [sys.executable, "-m", "experiments.lm_recipe", "--one", name, "--scratch", str(scratch)]
     command += [x for o in extra for x in ("--set", o)]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 def run_all(names: list[str], extra: list[str], jobs: int, threads: int) -> list[dict]:

@@ -1,13 +1,13 @@
 """Fine-tuning time and held-out score with plain shuffled batches against batches formed by length.
 
-    GPT1_DATA_MIRROR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python bench/length_grouping.py \\
+    GPT1_DATA_MIRROR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python -m experiments.length_grouping \\
         --tasks sst2:3200,stsb:400,rte:400,cola:1600 --groups 1,8 --rounds 2
-    .venv/bin/python bench/length_grouping.py --padding --groups 1,4,8,16,50   (no training: padded tokens only)
+    .venv/bin/python -m experiments.length_grouping --padding --groups 1,4,8,16,50   (no training: padded tokens only)
 
 Why: a fine-tuning batch pads every sequence to its longest, and with shuffled batches of GLUE's short, unequal
 sentences 40-60% of the padded tokens are padding (SST-2: 62%). `finetune.length_group_batches` forms batches by
 length within runs of that many shuffled batches (`gpt1.finetuning.epoch_batches`). The two arms are
-bench/finetune_ab.py's A/B of `finetune.length_group_batches` (held-out design, interleaved rounds, paired
+experiments/finetune_ab.py's A/B of `finetune.length_group_batches` (held-out design, interleaved rounds, paired
 bootstrap; its docstring says what is printed). `--padding` instead counts, for the default run's encoded training
 examples of every task (results/default/tasks), the share of real tokens among the padded tokens of 3 epochs of
 batches of 16 at each grouping.
@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import REPO
-from finetune_ab import ab
-from learning_curves import RESULTS
+from bench.common import REPO
+from experiments.finetune_ab import ab
+from experiments.learning_curves import RESULTS
 
 
 def padding(groups: list[int], batch_size: int = 16, epochs: int = 3) -> None:

@@ -1,6 +1,6 @@
 """Validation perplexity with its standard error, per window, for one pre-trained model or two on the same windows.
 
-    .venv/bin/python bench/val_windows.py results/default/pretrain/gpt [OTHER_PRETRAIN_FOLDER]
+    .venv/bin/python -m experiments.val_windows results/default/pretrain/gpt [OTHER_PRETRAIN_FOLDER]
 
 The windows are the pre-training stage's own (`gpt1.ids.validation_offsets` with the profile's eval_batches x
 batch_size and seed), so the mean loss equals the val_loss in the model's metrics.json. Prints the mean loss, its
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import REPO, machine
 
+from bench.common import REPO, machine
 from gpt1.checkpoints import load_pretrained
 from gpt1.config import load_config, pretrain_settings
 from gpt1.ids import load_ids, validation_offsets

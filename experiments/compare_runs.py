@@ -1,6 +1,6 @@
 """Two results trees, the same fine-tuning jobs: each cell per seed, its mean across seeds, and the paired test.
 
-    .venv/bin/python bench/compare_runs.py results/default <other>/results/default --tasks rte,cola,mrpc \\
+    .venv/bin/python -m experiments.compare_runs results/default <other>/results/default --tasks rte,cola,mrpc \\
         --variant pretrained --seeds 0,1,2
 
 For each task, reads finetune/<task>/<variant>/<seed>/ of both trees (metrics.json and predictions.jsonl, verified
@@ -18,8 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from common import machine
-
+from bench.common import machine
 from gpt1 import layout
 from gpt1.report.inputs import verified_predictions
 from gpt1.report.numbers import mean_sd, mean_se

@@ -1,6 +1,6 @@
 """Fine-tuning learning curves for planning the default profile: training examples x epochs -> score ± SE, and cost.
 
-    .venv/bin/python bench/learning_curves.py --tasks sst2,rte,cola --sizes 200,400,1600 --epochs 1,3
+    .venv/bin/python -m experiments.learning_curves --tasks sst2,rte,cola --sizes 200,400,1600 --epochs 1,3
 
 Each point fine-tunes the default profile's pre-trained GPT (results/default/pretrain/gpt) and, with
 `--variants pretrained,scratch`, the same architecture from scratch, through the pipeline's own `prepare_job` and
@@ -9,7 +9,7 @@ seeded shuffle of the task's training data (its training split, or the cut of an
 `finetune.train_cuts`), and every point is scored on the same held-out 20% of it (at most `--holdout` examples).
 The score is the task's paper metric with a bootstrap standard error over those examples, and the wall time of the
 job (loading, training, scoring) is its cost. Prints one Markdown row per point and appends raw results to
-bench/results/learning_curves.jsonl.
+experiments/results/learning_curves.jsonl.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from common import REPO, machine
+from bench.common import REPO, machine
 
 HOLDOUT_FRACTION = 0.2
 RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"
