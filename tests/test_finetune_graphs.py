@@ -170,11 +170,11 @@ def test_section_e2_rehearses_on_the_cpu(tmp_path: Path, monkeypatch: pytest.Mon
 def test_the_section_counts_only_its_own_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dynamo's counters are the process's: breaks from before the section (an earlier test that compiled) are not
     the section's, the ones during it are."""
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
     from collections import Counter
 
-    from gpu.finetune_speed import dynamo_counters, section_counters
     from torch._dynamo.utils import counters
+
+    from bench.gpu.finetune_speed import dynamo_counters, section_counters
 
     monkeypatch.setitem(counters, "graph_break", Counter({"earlier break": 7}))
     before = dynamo_counters()
