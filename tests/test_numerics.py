@@ -123,6 +123,10 @@ def _pretrain_and_finetune(root: Path, env: dict[str, str], data, *settings: str
 NEEDS = {"avx2": {"avx2"}, "avx512": {"avx512f"}, "avx512_bf16": {"avx512f", "avx512_bf16"}}
 
 
+# Each pretend host and each core count, not every pair (the pin sets both whatever is asked): CI time
+CASES = [("avx2", 1), ("avx2", 2), ("avx512", 2), ("avx512_bf16", 1)]
+
+
 def _can_pretend(host: str) -> bool:
     return NEEDS[host] <= numerics._cpuinfo()[1]
 
@@ -137,15 +141,13 @@ def _host_env(subprocess_env: dict[str, str], host: str, threads: int) -> dict[s
 @pytest.mark.slow
 def test_the_same_bytes_under_every_instruction_set_and_thread_count(tiny_data, subprocess_env, tmp_path):
     """The pinned smoke profile: pre-training and a fine-tuning job give the same bytes on an AVX2 host, an AVX-512
-    host and an AVX-512 host with bf16 (as far as this machine can pretend to be each), given 1 or 2 cores; each
-    output records the pinned settings, and none names the processor."""
+    host and an AVX-512 host with bf16 (as far as this machine can pretend to be each), given 1 or 2 cores (CASES);
+    each output records the pinned settings, and none names the processor."""
     digests = {}
-    for host in HOSTS:
-        for threads in (1, 2):
-            root = tmp_path / f"{host}-{threads}"
-            root.mkdir()
-            digests[host, threads] = _pretrain_and_finetune(root, _host_env(subprocess_env, host, threads),
-                                                            tiny_data)
+    for host, threads in CASES:
+        root = tmp_path / f"{host}-{threads}"
+        root.mkdir()
+        digests[host, threads] = _pretrain_and_finetune(root, _host_env(subprocess_env, host, threads), tiny_data)
     first = next(iter(digests.values()))
     differing = {case: d for case, d in digests.items() if d != first}
     assert differing == {}, f"other bytes than {first} under {sorted(differing)}"
