@@ -49,9 +49,10 @@ from typing import Any
 from bench.common import MIRROR, REPO, machine
 from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config, pretrain_settings
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
-from gpt1.taskdata import layer_caps, train_cap
-from gpt1.tasks import get_task, load_examples, mirror_splits, transform_batch
+from gpt1.rows import layer_caps, load_examples, mirror_splits, train_cap
+from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer, load_released
+from gpt1.transforms import transform_batch
 
 RELEASED = REPO.parent / "shared" / "reference" / "openai-gpt1-bpe"
 RELEASED_VOCAB = 40478

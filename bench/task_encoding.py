@@ -28,7 +28,8 @@ SIDE = r"""
 import json, sys, time
 from pathlib import Path
 from gpt1.config import load_config
-from gpt1.taskdata import data_settings, data_source, plan_task_data, read_encoded
+from gpt1.rows import data_settings, data_source
+from gpt1.taskdata import plan_task_data, read_encoded
 from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer
 side, task, folder = sys.argv[1], sys.argv[2], Path(sys.argv[3])

@@ -59,8 +59,9 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     this many blocks transferred, the rest re-initialised (the layers stage's k; None: everything)."""
     from gpt1.config import finetune_settings, load_config
     from gpt1.finetuning import prepare_job
-    from gpt1.taskdata import EvalPart, data_source, load_part
-    from gpt1.tasks import Cut, get_task
+    from gpt1.rows import Cut, PartPlan, data_source
+    from gpt1.taskdata import load_part
+    from gpt1.tasks import get_task
 
     spec = get_task(task)
     split, end, cut_seed = training_data(task)
@@ -71,10 +72,10 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained or results / "pretrain" / "gpt",
                       results / "tokenizer", transfer_layers=transfer_layers)
     rest = Cut(split, held, end, cut_seed)
-    part = load_part(spec, "train", "train", rest, holdout, data_source(cfg.data_mirror, False, spec), job.tokenizer,
-                     job.model.lm.config.n_ctx)
     reports = [spec.reports[-1]]  # one report over every configuration (RACE: both), scored on the held-out part
-    job.evals = [EvalPart(part.loaded, part.transformed, part.split, part.cut, reports)]
+    part = load_part(spec, PartPlan("train", "train", rest, holdout, reports),
+                     data_source(cfg.data_mirror, False, spec), job.tokenizer, job.model.lm.config.n_ctx)
+    job.evals = [part]  # an EvalPart: its plan names the report
     return job, reports[0].name
 
 

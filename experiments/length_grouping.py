@@ -28,8 +28,9 @@ def padding(groups: list[int], batch_size: int = 16, epochs: int = 3) -> None:
     import torch
 
     from gpt1.finetuning import epoch_batches, longest_sequence
+    from gpt1.rows import Example, LoadedSplit
     from gpt1.taskdata import Part
-    from gpt1.tasks import Example, LoadedSplit, Transformed
+    from gpt1.transforms import Transformed
 
     print("| task | training examples | " + " | ".join(f"real / padded, groups of {g}" for g in groups) + " |")
     print("| --- | ---: |" + " ---: |" * len(groups))

@@ -53,7 +53,7 @@ def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed:
     """The four probes on examples the zero-shot stage never reports (see the module's docstring)."""
     from gpt1.config import load_config
     from gpt1.probes import TASK_ORDER, TaskData, cola_probe, dprd_probe, race_probe, sst2_calibrated_probe
-    from gpt1.tasks import cap_positions, load_examples
+    from gpt1.rows import cap_positions, load_examples
 
     references = load_config(REPO / "params.yaml", "default").root["zeroshot_reference"]
     out = []

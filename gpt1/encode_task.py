@@ -10,16 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from gpt1 import layout
-from gpt1.taskdata import (
-    ENCODE_STAGE,
-    data_settings,
-    data_source,
-    finetune_task,
-    part_sha256,
-    part_source,
-    plan_task_data,
-    write_encoded,
-)
+from gpt1.rows import data_settings, data_source
+from gpt1.taskdata import ENCODE_STAGE, part_sha256, part_source, plan_task_data, write_encoded
+from gpt1.tasks import finetune_task
 from gpt1.tokenizer import GPT1Tokenizer
 
 

@@ -23,9 +23,10 @@ One job = one task x one variant x one seed. The pieces, in the order a job runs
   batches padded to a bounded set of lengths (`bucket_length`), the loss through torch.compile's CUDA graphs, a
   capturable fused AdamW whose lr is a device tensor the schedule fills, and the losses kept on the device until
   the epoch's curves are written (`GraphedUpdates`). On the CPU the loop is the one it always was, bit for bit.
-* Data (`gpt1.taskdata`): the task's train split or its declared cut; every report is scored on
-  `tasks.evaluation_split`, and on the complement of the training cut when that is the same split, so no example is
-  both trained and scored on. The pipeline encodes each task once (the encode_task stage) and its jobs read that.
+* Data (which rows: `gpt1.rows`; with their token sequences: `gpt1.taskdata`): the task's train split or its
+  declared cut; every report is scored on `rows.evaluation_split`, and on the complement of the training cut when
+  that is the same split, so no example is both trained and scored on. The pipeline encodes each task once (the
+  encode_task stage) and its jobs read that.
 
 The job's seed decides initialisation, dropout and batch order; which examples it sees does not depend on it.
 """
@@ -67,30 +68,20 @@ from gpt1.heads import (
     transfer_init,
 )
 from gpt1.model import GPT, set_dropout
-from gpt1.runtime import autocast, default_device, resolve_compile, resolve_precision, seed_everything
-from gpt1.taskdata import (
+from gpt1.rows import (
     DATA_SEED,
     SELECTION_FRACTION,
+    Cut,
     DataSource,
-    EvalPart,
-    Part,
-    TaskData,
-    carve_selection,
+    Example,
     data_settings,
     data_source,
-    finetune_task,
-    narrow,
-    plan_task_data,
-    read_encoded,
+    report_examples,
     train_cut,
 )
-from gpt1.tasks import (
-    Cut,
-    Example,
-    ReportSpec,
-    TaskSpec,
-    report_examples,
-)
+from gpt1.runtime import autocast, default_device, resolve_compile, resolve_precision, seed_everything
+from gpt1.taskdata import EvalPart, Part, TaskData, carve_selection, narrow, plan_task_data, read_encoded
+from gpt1.tasks import ReportSpec, TaskSpec, finetune_task
 from gpt1.tokenizer import GPT1Tokenizer
 
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).

@@ -26,7 +26,8 @@ from torch import nn
 
 from gpt1.errors import FinetuneError
 from gpt1.model import GPT, LSTMLM
-from gpt1.tasks import TaskSpec, Transformed
+from gpt1.tasks import TaskSpec
+from gpt1.transforms import Transformed
 
 if TYPE_CHECKING:
     from gpt1.tokenizer import GPT1Tokenizer

@@ -51,8 +51,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     from gpt1.config import finetune_settings
     from gpt1.finetuning import finetune_run
     from gpt1.numerics import in_effect, note_upstream
+    from gpt1.rows import layer_caps
     from gpt1.runtime import default_device
-    from gpt1.taskdata import layer_caps
     from gpt1.tracking import stage_run
 
     if task not in LAYER_TRANSFER_TASKS:

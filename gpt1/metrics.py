@@ -107,7 +107,8 @@ def percent(value: float, digits: int = 1) -> float:
 
 # The GLUE benchmark's score (Wang et al. 2018): a macro-average over tasks, where a task with several metrics
 # counts the unweighted mean of them. MNLI counts once, as the mean of its matched and mismatched accuracies.
-# Keys are report names (as in `gpt1.tasks.PAPER_NUMBERS`); values, the (report, metric) pairs averaged for the task.
+# Keys are report names (as in `gpt1.report.tables.PAPER_NUMBERS`); values, the (report, metric) pairs averaged for
+# the task.
 GLUE_COMPONENTS: dict[str, tuple[tuple[str, str], ...]] = {
     "cola": (("cola", "mcc"),),
     "sst2": (("sst2", "accuracy"),),

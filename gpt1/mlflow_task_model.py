@@ -51,7 +51,8 @@ class TaskModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         from gpt1.heads import collate, decode
-        from gpt1.tasks import parse_row, transform
+        from gpt1.rows import parse_row
+        from gpt1.transforms import transform
 
         records = pd.DataFrame(model_input).to_dict("records")
         label = {self.spec.label_field: _placeholder_label(self.spec)}

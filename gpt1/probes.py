@@ -35,9 +35,9 @@ from torch import nn
 
 from gpt1.errors import ZeroshotError
 from gpt1.metrics import accuracy, bootstrap_se, matthews, paired_bootstrap
+from gpt1.rows import Example
 from gpt1.scoring import BATCH_TOKENS, fit_context, score_continuations
 from gpt1.significance import BOOTSTRAP_SEED, RESAMPLES
-from gpt1.tasks import Example
 from gpt1.tokenizer import GPT1Tokenizer
 
 TASK_ORDER = ("cola", "sst2", "race", "dprd")  # the order of the paper's Figure 2 (right) legend

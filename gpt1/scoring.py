@@ -1,7 +1,7 @@
 """Scoring token sequences under a language model, a library: no params.yaml, MLflow or results paths.
 
 * Windows and truncation: `left_truncate` is the one rule that fits a context and a tail into a budget of tokens,
-  the context losing its beginning first; fine-tuning's input transformations (`tasks.transform_batch`) and the
+  the context losing its beginning first; fine-tuning's input transformations (`transforms.transform_batch`) and the
   zero-shot windows (`fit_context`) both use it.
 * Token log-probabilities: `score_continuations` gives, per example, the mean (or sum) log-probability of
   continuation tokens given prefix tokens, batched with right padding (causal models: padding after a sequence
@@ -19,7 +19,7 @@ import numpy as np
 
 from gpt1.errors import ScoringError
 
-if TYPE_CHECKING:  # torch is imported where a model is run: `tasks` uses the truncation rule without it
+if TYPE_CHECKING:  # torch is imported where a model is run: `transforms` uses the truncation rule without it
     import torch
     from torch import nn
 
@@ -44,7 +44,7 @@ def left_truncate(context: Sequence[int], tail: Sequence[int], budget: int, rese
     LEFT (the end next to the tail is what conditions it most). The tail is cut, from the right, only when it alone
     overflows `budget - reserve`; `reserve` tokens of context are then kept, if the context has them.
 
-    Fine-tuning sequences (`tasks.transform_batch`: the budget is n_ctx less the special tokens, reserve 0: RACE's
+    Fine-tuning sequences (`transforms.transform_batch`: the budget is n_ctx less the special tokens, reserve 0: RACE's
     question outlives its article) and zero-shot windows (`fit_context`: reserve 1, so that the continuation's first
     token is conditioned on something) are both cut by it."""
     tail_kept = list(tail[: budget - reserve])

@@ -1,15 +1,9 @@
-"""The one place that plans a task's data: which split a job trains and scores on, the cuts, the caps, loading
-and the input transformation, and the encoded examples that the encode_task stage writes once per task and every
-fine-tuning, ablation and layer job of that task reads.
+"""A task's examples with their token sequences (`Part`, `TaskData`): planned and read through `rows`, transformed
+through `transforms`, and the encoded examples that the encode_task stage writes once per task and every
+fine-tuning, ablation and layer job of that task reads (write, read, verify).
 
-A library: it takes a task spec, the finetune section's data settings (train_cuts, max_train_examples,
-train_examples_by_task, max_eval_examples), which it reads by key and names in its errors, a tokenizer and n_ctx;
+A library: it takes a task spec, the finetune section (passed on to `rows`, which reads it), a tokenizer and n_ctx;
 it loads no params.yaml, knows no MLflow, and takes its folders as arguments (the file names come from `layout`).
-The layer runs' caps (`layer_caps`, what the layers stage narrows a task's examples to) take the loaded profile and
-read its layers and finetune sections.
-
-Data seeds: caps, the narrowing to a smaller cap and Story Cloze's selection slice use DATA_SEED, not the job's
-seed, so every variant and seed of a task sees the same examples and runs stay pairwise comparable.
 """
 
 from __future__ import annotations
@@ -22,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gpt1 import layout
-from gpt1.errors import ConfigError, TaskDataError, UsageError
+from gpt1.errors import TaskDataError
 from gpt1.files import (
     file_record,
     read_jsonl,
@@ -35,28 +27,20 @@ from gpt1.files import (
     write_jsonl_line,
     write_sealed_json,
 )
-from gpt1.tasks import (
-    FINETUNE_TASKS,
-    TASKS,
+from gpt1.rows import (
     Cut,
+    DataSource,
     Example,
     LoadedSplit,
-    ReportSpec,
-    TaskSpec,
-    Transformed,
-    cap_positions,
-    evaluation_split,
-    get_task,
-    load_examples,
-    mirror_splits,
-    transform_batch,
+    PartPlan,
+    narrow_rows,
+    plan_parts,
+    read_part,
+    selection_rows,
 )
+from gpt1.tasks import ReportSpec, TaskSpec
+from gpt1.transforms import Transformed, transform_batch
 
-DATA_SEED = 0
-SELECT_BEST_EPOCH = frozenset({"story_cloze"})  # no training split to spare: pick the best epoch on a slice
-SELECTION_FRACTION = 0.1
-LAYER_CAPS = ("max_train_examples", "max_eval_examples")  # what the layer runs may narrow (layer_caps)
-# The settings that decide which examples a task's jobs see, and so what the encoded examples hold.
 ENCODE_STAGE = "encode_task"
 
 
@@ -100,142 +84,45 @@ class TaskData:
     evals: list[EvalPart]
 
 
-@dataclass
-class DataSource:
-    mirror: Path | None
-    synthetic: bool
-    present: list[str] | None  # splits the source holds (None: the hub, all of them)
+# ---------------------------------------------------------------------------------------------------- loading
 
 
-# ---------------------------------------------------------------------------------------------------- planning
-
-
-def finetune_task(name: str) -> TaskSpec:
-    """The spec of a task that is fine-tuned (not an analysis dataset such as DPR), or a one-line refusal."""
-    if name not in FINETUNE_TASKS:
-        what = "an analysis dataset (zero-shot), not fine-tuned" if name in TASKS else "unknown"
-        raise UsageError(f"--task {name!r} is {what}; valid: {', '.join(FINETUNE_TASKS)}")
-    return get_task(name)
-
-
-def train_cut(spec: TaskSpec, train_cuts: dict[str, Any] | None) -> Cut | None:
-    """The declared training cut (finetune.train_cuts[task]) as the first `fraction` of a seeded shuffle."""
-    declared = (train_cuts or {}).get(spec.name)
-    if declared is None:
-        if spec.train is None:
-            raise TaskDataError(f"task {spec.name} has no training split; declare finetune.train_cuts.{spec.name} "
-                                f"(e.g. {{split: validation, fraction: 0.8, seed: 0}})")
-        return None
-    return Cut(declared["split"], 0.0, declared["fraction"], declared["seed"])
-
-
-EvalSpec = tuple[str, Cut | None, list[ReportSpec]]  # (hub split, complement of the training cut or None, reports)
-
-
-def eval_plan(spec: TaskSpec, present: Sequence[str] | None, cut: Cut | None) -> list[EvalSpec]:
-    """(split, complement cut or None, reports) per distinct evaluation split, in report order."""
-    plan: dict[str, list[ReportSpec]] = {}
-    for report in spec.reports:
-        plan.setdefault(evaluation_split(spec, report, present), []).append(report)
-    out = []
-    for split, reports in plan.items():
-        rest = Cut(cut.split, cut.end_fraction, 1.0, cut.seed) if cut and cut.split == split else None
-        out.append((split, rest, reports))
-    return out
-
-
-def data_source(mirror: Path | None, synthetic: bool, spec: TaskSpec, present: Sequence[str] | None = None
-                ) -> DataSource:
-    """Where a task's rows come from; `present` overrides the splits it is taken to hold. Synthetic data mimics
-    the hub (every split), a mirror holds what it has, the hub all."""
-    mirror = None if synthetic else mirror
-    if present is not None:
-        found: list[str] | None = list(present)
-    elif synthetic:
-        found = list(spec.splits)
-    else:
-        found = mirror_splits(spec, mirror) if mirror else None
-    return DataSource(mirror, synthetic, found)
-
-
-def load_part(spec: TaskSpec, role: str, split: str, cut: Cut | None, cap: int | None, source: DataSource,
-              tokenizer: Any, n_ctx: int) -> Part:
-    loaded = load_examples(spec, role, source.mirror, cut=cut, max_examples=cap, synthetic=source.synthetic,
-                           seed=DATA_SEED)
-    return Part(loaded, transform_batch(spec, loaded.examples, tokenizer, n_ctx), split, cut)
-
-
-def train_cap(spec: TaskSpec, settings: dict[str, Any]) -> int | None:
-    """How many training examples a task keeps: its entry in `train_examples_by_task`, else `max_train_examples`."""
-    return (settings.get("train_examples_by_task") or {}).get(spec.name, settings["max_train_examples"])
-
-
-def layer_caps(cfg: Any, task: str) -> dict[str, int | None]:
-    """The caps the layer runs (n_layer + 1 fine-tunings) narrow the task's fine-tuning examples to:
-    layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them (a key absent there
-    keeps the shared cap; null anywhere keeps finetune's). A cap can only narrow: one above what finetune keeps for
-    the task is an error, not a silent no-op."""
-    layers, finetune = cfg.section("layers"), cfg.section("finetune")
-    own = (layers.get("by_task") or {}).get(task, {})
-    caps = {key: layers.get(key) for key in LAYER_CAPS} | own
-    kept = {"max_train_examples": train_cap(finetune_task(task), finetune),
-            "max_eval_examples": finetune["max_eval_examples"]}
-    for key, cap in caps.items():
-        if cap is not None and kept[key] is not None and cap > kept[key]:
-            where = f"layers.by_task.{task}.{key}" if key in own else f"layers.{key}"
-            raise ConfigError(f"{where}: {cap} is more than the {kept[key]} examples finetune keeps for {task} "
-                              f"(finetune's caps); a layer cap can only narrow them: lower it, or raise finetune's")
-    return caps
+def load_part(spec: TaskSpec, plan: PartPlan, source: DataSource, tokenizer: Any, n_ctx: int) -> Part:
+    """One planned part read through `rows` and transformed: an `EvalPart` when the plan names its reports."""
+    loaded = read_part(spec, plan, source)
+    transformed = transform_batch(spec, loaded.examples, tokenizer, n_ctx)
+    if plan.reports is None:
+        return Part(loaded, transformed, plan.split, plan.cut)
+    return EvalPart(loaded, transformed, plan.split, plan.cut, list(plan.reports))
 
 
 def plan_task_data(spec: TaskSpec, settings: dict[str, Any], source: DataSource, tokenizer: Any, n_ctx: int
                    ) -> TaskData:
-    """Load and transform a task's training part and every evaluation part, with the caps of `settings` (the
-    fine-tuning section: train_cuts, max_train_examples, train_examples_by_task, max_eval_examples)."""
-    cut = train_cut(spec, settings.get("train_cuts"))
-    train = load_part(spec, "train", cut.split if cut else spec.train, cut, train_cap(spec, settings), source,
-                      tokenizer, n_ctx)
-    evals = []
-    for split, rest, reports in eval_plan(spec, source.present, cut):
-        part = load_part(spec, split, split, rest, settings["max_eval_examples"], source, tokenizer, n_ctx)
-        evals.append(EvalPart(part.loaded, part.transformed, part.split, part.cut, reports))
-    return TaskData(train, evals)
+    """A task's training part and every evaluation part as `rows.plan_parts` plans them from `settings` (the
+    fine-tuning section), loaded and transformed."""
+    train, *evals = [load_part(spec, plan, source, tokenizer, n_ctx)
+                     for plan in plan_parts(spec, settings, source.present)]
+    return TaskData(train, [p for p in evals if isinstance(p, EvalPart)])
 
 
 def narrow(part: Part, cap: int | None) -> Part:
-    """At most `cap` examples of a part, a seeded random subset in their order (the layer runs train on fewer
-    examples than fine-tuning, drawn from the same encoded ones)."""
-    keep = cap_positions(np.arange(len(part.examples)), cap, DATA_SEED)
-    if len(keep) == len(part.examples):
+    """At most `cap` examples of a part with their sequences (`rows.narrow_rows` chooses them)."""
+    narrowed = narrow_rows(part.loaded, cap)
+    if narrowed is None:
         return part
-    narrowed = part.subset(keep.tolist())
-    left_out = len(part.examples) - len(keep)
-    description = {**part.loaded.description, "max_examples": cap, "examples": len(keep),
-                   "capped": part.loaded.capped + left_out}
-    loaded = dataclasses.replace(narrowed.loaded, capped=part.loaded.capped + left_out, description=description)
-    return dataclasses.replace(narrowed, loaded=loaded)
+    keep, loaded = narrowed
+    return dataclasses.replace(part, loaded=loaded, transformed=[part.transformed[i] for i in keep])
 
 
 def carve_selection(spec: TaskSpec, train: Part) -> tuple[Part, Part | None]:
-    """Story Cloze: a seeded 10% of the training examples becomes the slice that picks the best epoch."""
-    if spec.name not in SELECT_BEST_EPOCH:
-        return train, None
+    """The training part without, and with only, the slice that picks the best epoch (`rows.selection_rows`:
+    Story Cloze); other tasks train on all of it and select nothing."""
     n = len(train.examples)
-    size = max(1, round(SELECTION_FRACTION * n))
-    if n - size < 1:
-        raise TaskDataError(f"task {spec.name}: {n} training example(s) leave none after the {size}-example "
-                            f"selection slice; raise finetune.max_train_examples or the train cut's fraction")
-    chosen = set(np.random.default_rng(DATA_SEED).permutation(n)[:size].tolist())
+    chosen = selection_rows(spec, n)
+    if chosen is None:
+        return train, None
     return (train.subset([i for i in range(n) if i not in chosen]),
             train.subset([i for i in range(n) if i in chosen]))
-
-
-def data_settings(spec: TaskSpec, settings: dict[str, Any], source: DataSource) -> dict[str, Any]:
-    """The settings that decide a task's examples, as recorded beside the encoded examples and checked by jobs."""
-    cut = (settings.get("train_cuts") or {}).get(spec.name)
-    return {"train_cut": cut, "max_train_examples": train_cap(spec, settings),
-            "max_eval_examples": settings["max_eval_examples"],
-            "source": {"synthetic": source.synthetic, "present": source.present}}
 
 
 def part_sha256(part: Part) -> str:

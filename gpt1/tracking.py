@@ -455,7 +455,7 @@ class StageRun:
 
 def dataset_source(source: str) -> Any:
     """An MLflow dataset source from our source strings: hub:<id>, mirror:<path>, files:<paths>, synthetic:<recipe>
-    (what gpt1.sources and gpt1.tasks write into manifests)."""
+    (what gpt1.sources and gpt1.rows write into manifests)."""
     from mlflow.data.code_dataset_source import CodeDatasetSource
     from mlflow.data.http_dataset_source import HTTPDatasetSource
 

@@ -35,9 +35,10 @@ from gpt1.probes import (
     sst2_calibrated_probe,
     task_result,
 )
+from gpt1.rows import LoadedSplit, evaluation_split, load_examples, mirror_splits
 from gpt1.runtime import default_device
 from gpt1.significance import RESAMPLES
-from gpt1.tasks import LoadedSplit, evaluation_split, get_task, load_examples, mirror_splits
+from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer
 
 CSV_FIELDS = ("model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first")

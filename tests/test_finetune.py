@@ -26,9 +26,11 @@ from gpt1.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
 from gpt1.finetuning import Trainer, chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
 from gpt1.heads import decode
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.rows import Cut, Example, LoadedSplit, cut_positions
 from gpt1.taskdata import Part
-from gpt1.tasks import Cut, Example, LoadedSplit, Transformed, cut_positions, get_task
+from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.transforms import Transformed
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",
@@ -422,7 +424,7 @@ def test_a_failure_during_the_run_keeps_the_previous_outputs(assets: Assets, mlf
 
 
 def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
-    # A cut of a split the task does not have: tasks.load_examples names the task and the valid splits.
+    # A cut of a split the task does not have: rows.load_examples names the task and the valid splits.
     cut = "finetune.train_cuts.sst2={split: dev, fraction: 0.5, seed: 0}"
     with pytest.raises(Gpt1Error, match="task sst2: split 'dev'"):
         finetune_stage(config(cut), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, tmp_path / "out")

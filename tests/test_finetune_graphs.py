@@ -16,8 +16,10 @@ import torch
 from gpt1.finetuning import GraphedUpdates, Recipe, Trainer, batches, bucket_length, static_losses, uses_graphs
 from gpt1.heads import FinetuneModel, collate, compute_losses
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
+from gpt1.rows import Example, LoadedSplit
 from gpt1.taskdata import Part
-from gpt1.tasks import Example, LoadedSplit, Transformed, get_task
+from gpt1.tasks import get_task
+from gpt1.transforms import Transformed
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 100

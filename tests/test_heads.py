@@ -14,8 +14,10 @@ from test_checkpoints import gpt1_imports, imports
 from gpt1.errors import Gpt1Error
 from gpt1.heads import FinetuneModel, add_specials, collate, compute_losses, lm_targets, transfer_init
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.tasks import Example, get_task, transform_batch
+from gpt1.rows import Example
+from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.transforms import transform_batch
 
 
 @pytest.fixture(scope="module")

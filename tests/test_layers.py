@@ -10,8 +10,8 @@ from gpt1.config import LAYER_TRANSFER_TASKS, load_config
 from gpt1.errors import ConfigError, Gpt1Error
 from gpt1.layers import curve_point, layers_stage
 from gpt1.metrics import bootstrap_se
+from gpt1.rows import LAYER_CAPS, layer_caps
 from gpt1.significance import predictions_by_key
-from gpt1.taskdata import LAYER_CAPS, layer_caps
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,8 @@ from gpt1.checkpoints import load_pretrained
 from gpt1.finetune import finetune_stage
 from gpt1.mlflow_models import text_log_prob
 from gpt1.pretrain import pretrain_stage
-from gpt1.tasks import get_task, load_examples
+from gpt1.rows import load_examples
+from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer
 
 SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",

@@ -36,7 +36,8 @@ from gpt1.report import (
     render_report,
     round_half_up,
 )
-from gpt1.tasks import Cut, evaluation_split, get_task
+from gpt1.rows import Cut, evaluation_split
+from gpt1.tasks import get_task
 
 PAPER = load_paper()
 MNLI_CUT = Cut("validation_matched", 0.0, 0.8, 0)

@@ -11,7 +11,7 @@ from torch import nn
 
 from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.scoring import fit_context, left_truncate, score_continuations
-from gpt1.tasks import _assemble
+from gpt1.transforms import _assemble
 
 SPECIALS = {"_start_": 1000, "_delimiter_": 1001, "_classify_": 1002}
 

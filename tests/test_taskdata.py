@@ -13,16 +13,8 @@ from gpt1 import layout
 from gpt1.config import load_config
 from gpt1.encode_task import encode_task_stage
 from gpt1.errors import Gpt1Error, TaskDataError
-from gpt1.taskdata import (
-    TaskData,
-    data_settings,
-    data_source,
-    narrow,
-    plan_task_data,
-    read_encoded,
-    train_cap,
-    write_encoded,
-)
+from gpt1.rows import data_settings, data_source, train_cap
+from gpt1.taskdata import TaskData, narrow, plan_task_data, read_encoded, write_encoded
 from gpt1.tasks import get_task
 from gpt1.tokenizer import GPT1Tokenizer
 

@@ -7,24 +7,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt1.errors import Gpt1Error, SyntheticDataError, TaskError
+from gpt1.report.tables import PAPER_NUMBERS
+from gpt1.rows import Cut, Example, evaluation_split, load_examples, parse_row, report_examples
 from gpt1.sources import DatasetRef, mirror_file
 from gpt1.synthetic.corpus import synthetic_corpus
 from gpt1.synthetic.tasks import FEATURES, synthetic_split
-from gpt1.tasks import (
-    FINETUNE_TASKS,
-    PAPER_NUMBERS,
-    TASKS,
-    Cut,
-    Example,
-    evaluation_split,
-    get_task,
-    load_examples,
-    parse_row,
-    report_examples,
-    transform,
-    transform_batch,
-)
+from gpt1.tasks import FINETUNE_TASKS, TASKS, get_task
 from gpt1.tokenizer import train
+from gpt1.transforms import transform, transform_batch
 
 SHARED_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 _absent = pytest.mark.skipif(not SHARED_MIRROR.is_dir(), reason="the shared data mirror is absent")

@@ -37,8 +37,8 @@ from gpt1.probes import (
     sst2_probe,
     task_result,
 )
+from gpt1.rows import Example
 from gpt1.scoring import score_continuations
-from gpt1.tasks import Example
 from gpt1.tokenizer import train
 from gpt1.zeroshot import check_references, zeroshot_stage
 

@@ -34,9 +34,11 @@ from gpt1.config import load_config
 from gpt1.finetuning import Recipe, Trainer, bucket_length
 from gpt1.heads import FinetuneModel
 from gpt1.model import GPT, GPTConfig
+from gpt1.rows import Example, LoadedSplit
 from gpt1.taskdata import Part
-from gpt1.tasks import Example, LoadedSplit, Transformed, get_task
+from gpt1.tasks import get_task
 from gpt1.tokenizer import FINETUNE_SPECIALS
+from gpt1.transforms import Transformed
 
 PAPER = GPTConfig(vocab_size=40478, n_ctx=512, n_embd=768, n_layer=12, n_head=12)
 TINY = GPTConfig(vocab_size=512, n_ctx=64, n_embd=64, n_layer=2, n_head=2)

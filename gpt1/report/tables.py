@@ -40,7 +40,7 @@ from gpt1.report.inputs import (
 )
 from gpt1.report.numbers import difference, exact_decimal, mean_sd, mean_se, paper_average, round_half_up
 from gpt1.significance import RESAMPLES, PairedTest, column_test, report_se
-from gpt1.tasks import PAPER_NUMBERS
+from gpt1.tasks import TASKS, TaskSpec
 
 PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
 GAP = "—"  # our cell when its input is missing; the paper's own blanks stay empty
@@ -52,6 +52,27 @@ COMPUTED_COLUMNS = ("glue", "avg")  # not a task: our GLUE-style average (Table 
 
 
 # ---------------------------------------------------------------------------------------------------- paper
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    """One number the paper reports (its task, metric, split, table and where it comes from): the tables' columns
+    are these (tasks.py's `ReportSpec`s), read the way the tables print them."""
+
+    report: str
+    task: str
+    metric: str
+    paper_split: str | None
+    via: str  # where the paper's number comes from: "GLUE server" (hidden labels) or "public test labels"
+    table: str
+
+
+def _paper_numbers(spec: TaskSpec) -> list[PaperNumber]:
+    via = {"glue_server": "GLUE server", "public": "public test labels", "unknown": "not stated"}[spec.test_labels]
+    return [PaperNumber(r.name, spec.name, spec.paper_metric, r.test, via, spec.paper_table) for r in spec.reports]
+
+
+PAPER_NUMBERS: dict[str, PaperNumber] = {r.report: r for spec in TASKS.values() for r in _paper_numbers(spec)}
 
 
 def load_paper(path: Path = PAPER_FILE) -> dict[str, Any]:

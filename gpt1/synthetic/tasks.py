@@ -247,8 +247,8 @@ def _rows(path: str, config: str, split: str, rows: int, rng: random.Random) -> 
 def synthetic_split(path: str, config: str | None, split: str, rows: int = 64, seed: int = 0, *,
                     splits: Sequence[str]) -> datasets.Dataset:
     """A made-up split of a registered hub dataset, with the hub's exact features; deterministic in its arguments.
-    `splits`: the dataset's hub splits (its task's `TaskSpec.splits`; the registry, `gpt1.tasks`, imports this
-    module, not the other way round).
+    `splits`: the dataset's hub splits (its task's `TaskSpec.splits`; `gpt1.rows`, which reads a task's rows,
+    imports this module, not the other way round).
 
     GLUE test splits carry label -1 everywhere, as on the hub (their labels are hidden)."""
     config = config or "default"
