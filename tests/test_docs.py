@@ -122,6 +122,21 @@ def test_slugs_follow_github():
     assert slug("BPE: training time, `spacy` vs `fast`") == "bpe-training-time-spacy-vs-fast"
 
 
+def design_tree(text: str) -> list[str]:
+    """The module paths of DESIGN.md's package tree (the indented block after its heading), in order."""
+    section = text.split("## Package: one module per concern", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^ {6}([\w/]+\.py) ", section, re.M)
+
+
+def test_design_names_every_module_once():
+    listed = design_tree((REPO / "DESIGN.md").read_text())
+    package = REPO / "gpt1"
+    modules = sorted(path.relative_to(package).as_posix() for path in package.rglob("*.py"))
+    assert sorted(listed) == modules, (f"DESIGN.md's module tree lacks {sorted(set(modules) - set(listed))}, "
+                                       f"names no module {sorted(set(listed) - set(modules))}")
+    assert len(listed) == len(set(listed)), "DESIGN.md's module tree names a module twice"
+
+
 # --- The README ---------------------------------------------------------------------------------------------------
 
 
