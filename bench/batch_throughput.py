@@ -4,7 +4,7 @@
 
 Why: a smaller batch gives more updates for the same tokens (docs/experiments.md, "Pre-training recipe"); whether it
 costs wall time depends on how well a CPU keeps busy on small matrices, which differs between a transformer (all
-positions at once) and an LSTM (one position after another). One update here is what gpt1.pretrain does per
+positions at once) and an LSTM (one position after another). One update here is what gpt1.stages.pretrain does per
 micro-batch: forward under the profile's autocast, cross-entropy, backward, clipping at 1.0, AdamW. The batch sizes
 are timed interleaved (A B C C B A, ...), so the machine's drift hits them alike; medians over rounds are printed
 with each batch's ratio to the largest.
@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from bench.common import REPO, machine
-from gpt1.checkpoints import build_model, model_config
-from gpt1.config import N_SPECIAL_TOKENS, Config, load_config
-from gpt1.runtime import autocast, resolve_precision
-from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.modeling.checkpoints import build_model, model_config
+from gpt1.pipeline.config import N_SPECIAL_TOKENS, Config, load_config
+from gpt1.training.runtime import autocast, resolve_precision
 
 
 def update_seconds(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: int, n_ctx: int, vocab: int,

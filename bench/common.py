@@ -28,8 +28,8 @@ def median(values: list[float]) -> float:
 def novels_jsonl(out: Path, copies: int = 1, limit: int | None = None) -> Path:
     """The mirror's Gutenberg novels, cleaned as the clean stage does, `copies` times over (a bigger corpus).
     Reuses the default profile's cleaned corpus when the pipeline has made it."""
-    from gpt1.sources import DatasetRef, load_split
-    from gpt1.textnorm import clean_text
+    from gpt1.data.sources import DatasetRef, load_split
+    from gpt1.data.textnorm import clean_text
 
     cache = out.with_name("novels-clean.jsonl")
     made = [REPO / "results/default/corpus" / f"{split}.jsonl" for split in ("train", "validation")]

@@ -24,7 +24,7 @@ from bench.common import REPO, machine, median, novels_jsonl
 ENCODE = """
 import sys
 from pathlib import Path
-from gpt1.ids import encode_split
+from gpt1.data.ids import encode_split
 encode_split(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), "uint16", 100_000, 2)
 """
 

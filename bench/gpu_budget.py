@@ -14,13 +14,13 @@ at that MFU plus that fixed cost, fitted to update times at the gpu profile's sh
 the output marks each figure measured (with the GPU and date) or assumed. --lengths reads the token counts
 --save-lengths wrote (bench/gpu_check.sh --prepare carries them to the GPU machine, which has no mirror).
 
-FLOPs per token are gpt1.model.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
+FLOPs per token are gpt1.modeling.model.flops_per_token's: 6N + 6 n_layer n_ctx n_embd for a training token (N without
 the position embedding; the tied LM head counted once), a third of that for a forward pass. Split into its parts
 so that fine-tuning can be costed: the blocks (every padded position), attention (6 n_layer L n_embd at padded
 length L), the LM head (only the real tokens the auxiliary loss reads; forward only when λ = 0).
 
 Counted per fine-tuning job: 3 epochs over the training set (batches padded to their longest sequence, as
-gpt1.finetune collates them), the forward pass over the evaluation splits, and over the training set again (the
+gpt1.stages.finetune collates them), the forward pass over the evaluation splits, and over the training set again (the
 train metrics). Token counts per example are measured on the mirror with the released GPT-1 vocabulary (40,478
 tokens, the paper's; the profile's own 40,000-merge BPE trained on books gives similar counts), on a seeded sample
 per task; the examples per task are the hub's full splits (HUB_SPLITS). Time = FLOPs / (peak x MFU) + updates x
@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import MIRROR, REPO, machine
-from gpt1.config import LAYER_TRANSFER_TASKS, Config, load_config, pretrain_settings
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
-from gpt1.rows import layer_caps, load_examples, mirror_splits, train_cap
-from gpt1.tasks import get_task
-from gpt1.tokenizer import GPT1Tokenizer, load_released
-from gpt1.transforms import transform_batch
+from gpt1.data.rows import layer_caps, load_examples, mirror_splits, train_cap
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer, load_released
+from gpt1.data.transforms import transform_batch
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
+from gpt1.pipeline.config import LAYER_TRANSFER_TASKS, Config, load_config, pretrain_settings
 
 RELEASED = REPO.parent / "shared" / "reference" / "openai-gpt1-bpe"
 RELEASED_VOCAB = 40478
@@ -402,7 +402,7 @@ def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengt
 
 def book_tokens(tokenizer: GPT1Tokenizer, chars: int) -> float:
     """Tokens per character of the mirror's novels under the released vocabulary, times their characters."""
-    from gpt1.sources import DatasetRef, load_split
+    from gpt1.data.sources import DatasetRef, load_split
 
     ds = load_split(DatasetRef("books/gutenberg", "default", "train"), MIRROR, columns=["text"])
     text = "".join(row["text"] for row in ds.select(range(0, 99, 9)))[:chars]

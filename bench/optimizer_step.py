@@ -4,7 +4,7 @@
 
 Why: a fine-tuning update of GLUE's short sentences is small (16 sequences of ~15-70 tokens), so the optimizer's
 step over all 5.3M parameters is a large share of it. The model is the default profile's GPT with a classification
-head (`gpt1.heads.FinetuneModel`, the parameter groups fine-tuning uses); the gradients are random. The two
+head (`gpt1.modeling.heads.FinetuneModel`, the parameter groups fine-tuning uses); the gradients are random. The two
 implementations step interleaved (A B B A ...), medians printed.
 """
 
@@ -17,10 +17,10 @@ import time
 import torch
 
 from bench.common import REPO, machine
-from gpt1.checkpoints import build_model, model_config
-from gpt1.config import load_config
-from gpt1.heads import FinetuneModel
-from gpt1.tasks import get_task
+from gpt1.data.tasks import get_task
+from gpt1.modeling.checkpoints import build_model, model_config
+from gpt1.modeling.heads import FinetuneModel
+from gpt1.pipeline.config import load_config
 
 
 def step_ms(optimizer: torch.optim.Optimizer) -> float:

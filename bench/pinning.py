@@ -1,12 +1,12 @@
-"""What the pinned mode costs (gpt1.numerics), and which matrix-product kernels it should use: seconds per training
+"""What the pinned mode costs (gpt1.training.numerics), and which matrix-product kernels it should use: seconds per training
 update at the default profile's shapes for each candidate, against the pinned mode before products left MKL.
 
     .venv/bin/python -m bench.pinning [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
 
-Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.cpu_matmul, the mode now); the
+Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.training.cpu_matmul, the mode now); the
 same pins with the products left to MKL on its AVX2 branch (the mode until 2026-11-27, the baseline: on AMD MKL
 ignores that branch), or on its COMPATIBLE branch (the one every vendor takes); unpinned fp32 and bf16 (the host's
-own kernels); pinned bf16 (refused by gpt1.config, measured to say why). Each arm runs in a process of its own (the
+own kernels); pinned bf16 (refused by gpt1.pipeline.config, measured to say why). Each arm runs in a process of its own (the
 pins are read when torch loads), and the arms are interleaved A B C D A B C D ... so that the machine's drift hits
 them alike; the table gives each arm's median seconds per update and its ratio to the baseline, measured in the same
 run. Workloads: the GPT's pre-training update (4 x 256, context 128, batch 8, 8,400-token vocabulary), the LSTM's
@@ -28,17 +28,17 @@ import sys
 import time
 from pathlib import Path
 
-from gpt1.numerics import PINNED_ENV  # imports no torch
+from gpt1.training.numerics import PINNED_ENV  # imports no torch
 
 ROOT = Path(__file__).resolve().parents[1]  # the children run `python -m bench.pinning` from here
 
-ARMS = {  # name: (pinned, precision, products: openblas = gpt1.cpu_matmul, else MKL with this MKL_CBWR)
+ARMS = {  # name: (pinned, precision, products: openblas = gpt1.training.cpu_matmul, else MKL with this MKL_CBWR)
     "pinned fp32 mkl-avx2": (True, "fp32", "AVX2"),  # the pinned mode before 2026-11-27: the baseline
     "pinned fp32 openblas": (True, "fp32", "openblas"),  # the pinned mode now
     "pinned fp32 mkl-compatible": (True, "fp32", "COMPATIBLE"),
     "unpinned fp32": (False, "fp32", None),
     "unpinned bf16": (False, "bf16", None),  # the default profile before any pin
-    "pinned bf16": (True, "bf16", "openblas"),  # refused by gpt1.config; measured to say why
+    "pinned bf16": (True, "bf16", "openblas"),  # refused by gpt1.pipeline.config; measured to say why
 }
 BASELINE = "pinned fp32 mkl-avx2"
 SLOW = "pinned bf16"
@@ -54,13 +54,13 @@ def child(arm: str, workload: str, steps: int, threads: int) -> list[float]:
     """Seconds of each of `steps` updates after untimed ones (2; 1 for the slow arm), in this (fresh) process."""
     import torch
 
-    from gpt1 import numerics
-    from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+    from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+    from gpt1.training import numerics
 
     pinned, precision, products = ARMS[arm]
     numerics.apply(pinned, threads)
     if pinned and products != "openblas":
-        from gpt1 import cpu_matmul
+        from gpt1.training import cpu_matmul
 
         cpu_matmul.disable()  # the products back on MKL, on the branch arm_env asked for
     kind, batch, tokens = WORKLOADS[workload]

@@ -27,11 +27,11 @@ RESULTS = REPO / "results" / "default"
 SIDE = r"""
 import json, sys, time
 from pathlib import Path
-from gpt1.config import load_config
-from gpt1.rows import data_settings, data_source
-from gpt1.taskdata import plan_task_data, read_encoded
-from gpt1.tasks import get_task
-from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.pipeline.config import load_config
+from gpt1.data.rows import data_settings, data_source
+from gpt1.data.taskdata import plan_task_data, read_encoded
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer
 side, task, folder = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 cfg = load_config("params.yaml", "default")
 spec, finetune, n_ctx = get_task(task), cfg.section("finetune"), cfg.section("model")["n_ctx"]

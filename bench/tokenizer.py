@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from bench.common import MIRROR, REPO, machine, median, novels_jsonl
-from gpt1.ids import encode_split
-from gpt1.tokenizer import load_released, read_merges, train_on_corpus
+from gpt1.data.ids import encode_split
+from gpt1.data.tokenizer import load_released, read_merges, train_on_corpus
 
 REFERENCE = REPO.parent / "shared" / "reference" / "openai-gpt1-bpe"
 BPE = {"merges": 8000, "limit_alphabet": 400, "min_frequency": 2}  # the default profile's settings

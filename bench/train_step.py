@@ -8,7 +8,7 @@ CPU (default: the default profile's model, n_layer 4, n_embd 256, n_head 4, n_ct
 
 CUDA (default: the paper's model, n_ctx 512, batch 64, vocab 40478):
     python -m bench.train_step --device cuda
-  bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.pretrain trains; ours compiled and eager vs HF eager.
+  bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.stages.pretrain trains; ours compiled and eager vs HF eager.
   Reports tokens/s, MFU = (6N + 6 n_layer n_ctx n_embd) FLOPs per token x tokens/s over a MEASURED bf16 matmul peak
   (the table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note
   below the table), and peak memory. Extra variants: hf-compile (HF under torch.compile) and ours-pad64 (ours
@@ -52,9 +52,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gpt1.hf import to_hf_model
-from gpt1.model import GPT, GPTConfig, flops_per_token
-from gpt1.runtime import attention_kernels, autocast, configure_device, resolve_compile, resolve_precision
+from gpt1.modeling.hf import to_hf_model
+from gpt1.modeling.model import GPT, GPTConfig, flops_per_token
+from gpt1.training.runtime import attention_kernels, autocast, configure_device, resolve_compile, resolve_precision
 
 CPU_SHAPE = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab": 8400, "batch": 32}
 CUDA_SHAPE = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_ctx": 512, "vocab": 40478, "batch": 64}
@@ -131,7 +131,7 @@ class Variant:
 # The losses of one step: the model's own, and those of the levers
 
 
-IGNORE = -100  # the targets' ignored position, as gpt1.model's loss has it
+IGNORE = -100  # the targets' ignored position, as gpt1.modeling.model's loss has it
 
 
 def ours_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -229,7 +229,7 @@ class Recipe:
 
 
 def recipes(device: torch.device) -> dict[str, Recipe]:
-    """The variants --variants can name on `device`. "ours" is what gpt1.pretrain trains with there (its `auto`
+    """The variants --variants can name on `device`. "ours" is what gpt1.stages.pretrain trains with there (its `auto`
     precision and compile settings: bf16 autocast + torch.compile on CUDA, fp32 eager on the CPU); HF runs eager,
     under the same autocast as "ours"."""
     bf16, cuda = torch.bfloat16, device.type == "cuda"

@@ -6,7 +6,7 @@
 For each task, reads finetune/<task>/<variant>/<seed>/ of both trees (metrics.json and predictions.jsonl, verified
 against each other as the report does). Prints per seed the task's paper metric with its bootstrap SE over the
 evaluation examples; then per tree the mean ± its SE across seeds (sd / sqrt(seeds)); then the second tree minus
-the first, by the report's paired bootstrap (`gpt1.significance.column_test`) over the seeds' pooled evaluation
+the first, by the report's paired bootstrap (`gpt1.evaluation.significance.column_test`) over the seeds' pooled evaluation
 examples. Use it where a setting that Table 5 does not vary (another pre-trained model, say) was run on the same
 jobs: the choice is made elsewhere (held-out data); this measures what it buys on the reported split.
 """
@@ -19,10 +19,10 @@ import math
 from pathlib import Path
 
 from bench.common import machine
-from gpt1 import layout
+from gpt1.evaluation.significance import column_test, report_se
+from gpt1.pipeline import layout
 from gpt1.report.inputs import verified_predictions
 from gpt1.report.numbers import mean_sd, mean_se
-from gpt1.significance import column_test, report_se
 
 
 def job(results: Path, task: str, variant: str, seed: int) -> tuple[dict, dict] | None:

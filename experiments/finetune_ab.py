@@ -35,8 +35,8 @@ def holdout_point(task: str, size: int, seed: int, variant: str = "pretrained", 
                   pretrained: Path | None = None, transfer_layers: int | None = None) -> dict[str, Any]:
     """One held-out fine-tuning job (3 epochs, at most 1,000 held-out examples): its time, and its held-out labels
     and predictions."""
-    from gpt1.finetuning import finetune_job
-    from gpt1.tasks import get_task
+    from gpt1.data.tasks import get_task
+    from gpt1.training.finetuning import finetune_job
 
     job, report = holdout_job(task, variant, size, 3, 1000, seed, list(extra), pretrained, transfer_layers)
     started = time.perf_counter()
@@ -58,7 +58,7 @@ def run(task: str, size: int, key: str, value: str, seed: int = 0) -> dict[str, 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float, float, float, float]:
     """(score a, se a, score b, se b, b - a, p of b - a by a paired bootstrap over the held-out examples)."""
-    from gpt1.metrics import bootstrap_se, metric_function, paired_bootstrap
+    from gpt1.evaluation.metrics import bootstrap_se, metric_function, paired_bootstrap
 
     metric, labels = a["metric"], a["labels"]
     score = metric_function(metric)

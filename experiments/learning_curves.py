@@ -30,7 +30,7 @@ RESULTS = Path(__file__).with_name("results") / "learning_curves.jsonl"
 def training_data(task: str) -> tuple[str, float, int]:
     """(split, end fraction, seed) of what the default profile trains the task on: its training split whole, or
     the cut it declares (finetune.train_cuts, e.g. QNLI's validation[0%:80%]), whose complement the tables report."""
-    from gpt1.config import load_config
+    from gpt1.pipeline.config import load_config
 
     declared = load_config(REPO / "params.yaml", "default").section("finetune")["train_cuts"].get(task)
     return (declared["split"], declared["fraction"], declared["seed"]) if declared else ("train", 1.0, 0)
@@ -57,11 +57,11 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
     validation[0%:80%], validation[0%:64%] and validation[64%:80%]); `extra`: params overrides applied last;
     `pretrained`: the pre-trained folder (default: the default profile's GPT); `transfer_layers`: the embeddings and
     this many blocks transferred, the rest re-initialised (the layers stage's k; None: everything)."""
-    from gpt1.config import finetune_settings, load_config
-    from gpt1.finetuning import prepare_job
-    from gpt1.rows import Cut, PartPlan, data_source
-    from gpt1.taskdata import load_part
-    from gpt1.tasks import get_task
+    from gpt1.data.rows import Cut, PartPlan, data_source
+    from gpt1.data.taskdata import load_part
+    from gpt1.data.tasks import get_task
+    from gpt1.pipeline.config import finetune_settings, load_config
+    from gpt1.training.finetuning import prepare_job
 
     spec = get_task(task)
     split, end, cut_seed = training_data(task)
@@ -80,9 +80,9 @@ def holdout_job(task: str, variant: str, size: int, epochs: int, holdout: int, s
 
 
 def run_point(task: str, variant: str, size: int, epochs: int, holdout: int, seed: int, extra: list[str]) -> dict:
-    from gpt1.finetuning import finetune_job
-    from gpt1.metrics import bootstrap_se
-    from gpt1.tasks import get_task
+    from gpt1.data.tasks import get_task
+    from gpt1.evaluation.metrics import bootstrap_se
+    from gpt1.training.finetuning import finetune_job
 
     start = time.perf_counter()
     job, report = holdout_job(task, variant, size, epochs, holdout, seed, extra)

@@ -1,6 +1,6 @@
 """Pre-training recipes compared on the same token ids and the same validation windows, one factor at a time.
 
-Every arm runs the pipeline's own pre-training loop (`gpt1.pretraining`) on the default profile's encoded
+Every arm runs the pipeline's own pre-training loop (`gpt1.training.pretraining`) on the default profile's encoded
 corpus (results/default/ids, made by `snakemake results/default/ids/train.bin`), with a few `--set`-style overrides
 of params.yaml. Validation windows come from pretrain.seed, so every arm is scored on the same 640 windows, and a
 run's perplexity does not depend on the machine's speed: only the wall times do. Arms run as separate processes,
@@ -92,9 +92,9 @@ def steps_keys_missing(names: list[str], extra: list[str]) -> list[str]:
 def run_arm(name: str, extra: list[str], out: Path) -> dict:
     """One arm in this process: the pipeline's pre-training (plan, schedule, loop, validation) with the arm's
     overrides; its last validation is the arm's result."""
-    from gpt1.config import load_config, pretrain_settings
-    from gpt1.pretraining import build_job, train
-    from gpt1.runtime import init_runtime
+    from gpt1.pipeline.config import load_config, pretrain_settings
+    from gpt1.training.pretraining import build_job, train
+    from gpt1.training.runtime import init_runtime
 
     cfg = load_config(REPO / "params.yaml", "default", resolve(ARMS[name], extra))
     ids, tokenizer = REPO / "results/default/ids", REPO / "results/default/tokenizer"

@@ -38,8 +38,8 @@ LOG = RESULTS.with_name("pretrain_tokens.jsonl")
 def snapshot_folder(arm: str, run: Path, entry: dict[str, Any], weights: Path, into: Path) -> Path:
     """A pre-training folder (model.json + model.safetensors), named after `arm`, that holds one snapshot of `run`,
     so fine-tuning can start from it: the run's final model.json with the snapshot's step, tokens and weights."""
-    from gpt1 import layout
-    from gpt1.files import read_json
+    from gpt1.pipeline import layout
+    from gpt1.pipeline.files import read_json
 
     meta = read_json(run / layout.MODEL_JSON) | {
         "step": entry["step"], "tokens": entry["tokens"],
@@ -54,7 +54,7 @@ def snapshot_folder(arm: str, run: Path, entry: dict[str, Any], weights: Path, i
 def arms(names: list[str], runs: dict[str, Path], into: Path) -> dict[str, dict[str, Any]]:
     """name -> {variant, pretrained folder, tokens, val_perplexity} for `scratch`, snapshot indexes of the default
     run and `RUN:INDEX` of the runs named by --run."""
-    from gpt1.checkpoints import iter_snapshots
+    from gpt1.modeling.checkpoints import iter_snapshots
 
     chosen: dict[str, dict[str, Any]] = {}
     for name in names:

@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from bench.common import REPO
-from gpt1.config import LAYER_TRANSFER_TASKS
+from gpt1.pipeline.config import LAYER_TRANSFER_TASKS
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 VARIANTS = ["pretrained", "scratch", "no_aux", "lstm"]

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m experiments.val_windows results/default/pretrain/gpt [OTHER_PRETRAIN_FOLDER]
 
-The windows are the pre-training stage's own (`gpt1.ids.validation_offsets` with the profile's eval_batches x
+The windows are the pre-training stage's own (`gpt1.data.ids.validation_offsets` with the profile's eval_batches x
 batch_size and seed), so the mean loss equals the val_loss in the model's metrics.json. Prints the mean loss, its
 standard error over the windows (sd / sqrt(windows)), and the perplexity at +-1 and 2 SE; with a second model, the
 paired difference of the two losses window by window and its standard error.
@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from bench.common import REPO, machine
-from gpt1.checkpoints import load_pretrained
-from gpt1.config import load_config, pretrain_settings
-from gpt1.ids import load_ids, validation_offsets
-from gpt1.pretraining import evaluate
-from gpt1.runtime import Runtime, resolve_precision
+from gpt1.data.ids import load_ids, validation_offsets
+from gpt1.modeling.checkpoints import load_pretrained
+from gpt1.pipeline.config import load_config, pretrain_settings
+from gpt1.training.pretraining import evaluate
+from gpt1.training.runtime import Runtime, resolve_precision
 
 
 def window_losses(folder: Path, ids: np.ndarray, offsets: torch.Tensor, dtype: torch.dtype | None) -> np.ndarray:

@@ -3,7 +3,7 @@
     GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m experiments.zeroshot_heldout \\
         --run 1x=results/default/pretrain/gpt --run 2x=<folder> --run 4x=<folder> --examples 1000 --reported 1000
 
-The zero-shot stage (gpt1.zeroshot) scores its four heuristics on CoLA, SST-2 and RACE validation and on a seeded
+The zero-shot stage (gpt1.stages.zeroshot) scores its four heuristics on CoLA, SST-2 and RACE validation and on a seeded
 subset of DPR's one split. Choosing a pre-training budget by the figure those examples draw would tune on a
 reported split, so this scores the same heuristics, with the same code, on examples the stage never reports:
 
@@ -38,9 +38,9 @@ TOKENIZER = REPO / "results" / "default" / "tokenizer"
 
 @dataclass(frozen=True)
 class HeldOut:
-    """One task's probe on held-out examples, in the form gpt1.probes.task_result reads."""
+    """One task's probe on held-out examples, in the form gpt1.evaluation.probes.task_result reads."""
 
-    task: Any  # gpt1.probes.TaskData
+    task: Any  # gpt1.evaluation.probes.TaskData
     reference: dict[str, Any]
 
 
@@ -51,9 +51,9 @@ def complement(n: int, taken: np.ndarray) -> np.ndarray:
 
 def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed: int) -> list[HeldOut]:
     """The four probes on examples the zero-shot stage never reports (see the module's docstring)."""
-    from gpt1.config import load_config
-    from gpt1.probes import TASK_ORDER, TaskData, cola_probe, dprd_probe, race_probe, sst2_calibrated_probe
-    from gpt1.rows import cap_positions, load_examples
+    from gpt1.data.rows import cap_positions, load_examples
+    from gpt1.evaluation.probes import TASK_ORDER, TaskData, cola_probe, dprd_probe, race_probe, sst2_calibrated_probe
+    from gpt1.pipeline.config import load_config
 
     references = load_config(REPO / "params.yaml", "default").root["zeroshot_reference"]
     out = []
@@ -74,9 +74,9 @@ def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed:
 
 
 def score(weights: Path, tasks: list[HeldOut]) -> dict[str, Any]:
-    """gpt1.zeroshot's Scored of every task under the model in `weights`."""
-    from gpt1.checkpoints import load_pretrained
-    from gpt1.probes import evaluate_probe
+    """gpt1.stages.zeroshot's Scored of every task under the model in `weights`."""
+    from gpt1.evaluation.probes import evaluate_probe
+    from gpt1.modeling.checkpoints import load_pretrained
 
     model, _ = load_pretrained(weights)
     model.eval()
@@ -87,9 +87,9 @@ def score(weights: Path, tasks: list[HeldOut]) -> dict[str, Any]:
 def points(runs: dict[str, Path]) -> dict[str, tuple[str, Path]]:
     """point name -> (weights sha256, weights): `first` once if every run starts from the same weights, else
     `NAME:first` per run; then `NAME:final` per run."""
-    from gpt1 import layout
-    from gpt1.checkpoints import iter_snapshots
-    from gpt1.files import sha256_file
+    from gpt1.modeling.checkpoints import iter_snapshots
+    from gpt1.pipeline import layout
+    from gpt1.pipeline.files import sha256_file
 
     firsts = {name: next(iter(iter_snapshots(folder))) for name, folder in runs.items()}
     if len({entry["sha256"] for entry, _ in firsts.values()}) == 1:
@@ -109,7 +109,7 @@ def first_point(run: str, names: Any) -> str:
 
 def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Markdown: per task the first point (one per run when the runs start from different weights), each run's
-    final point, and final minus first (p); then the count. `results`: point -> task -> gpt1.probes.task_result."""
+    final point, and final minus first (p); then the count. `results`: point -> task -> gpt1.evaluation.probes.task_result."""
     def first(run: str) -> dict[str, Any]:
         return results[first_point(run, results)]
 
@@ -164,8 +164,8 @@ def main() -> None:
         print(table(list(runs), results))
         return
 
-    from gpt1.probes import task_result
-    from gpt1.tokenizer import GPT1Tokenizer
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.evaluation.probes import task_result
 
     tasks = held_out_tasks(GPT1Tokenizer.load(TOKENIZER), args.examples, args.fit, args.reported, args.seed)
     chosen = points(runs)

@@ -2,6 +2,6 @@
 
 import sys
 
-from gpt1.cli import main
+from gpt1.cli.main import main
 
 sys.exit(main())

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.numerics import PINNED_ENV
+from gpt1.training.numerics import PINNED_ENV
 
 # Before any test module imports gpt1 (and so tqdm, which reads this once, at import): progress bars would be lines
 # in the stderr that tests read. Set here, it holds whatever the order of the test files, for every test of the
 # session and for the pipelines they start (their logs then hold no progress bars).
 os.environ.setdefault("TQDM_DISABLE", "1")
-# The kernels of the pinned profiles (gpt1.numerics), set before anything imports torch: the tests that run stages
+# The kernels of the pinned profiles (gpt1.training.numerics), set before anything imports torch: the tests that run stages
 # in this process compute as the `gpt1` children do, on whatever host the suite runs.
 os.environ.update(PINNED_ENV)
 
@@ -49,7 +49,7 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
 def _pinned_process() -> None:
     """This process computes as a pinned profile's stage does (oneDNN off, one thread), so what the tests make in
     process is what a `gpt1` child of the smoke profile would make, and reads as such."""
-    from gpt1 import numerics
+    from gpt1.training import numerics
 
     numerics.apply(True, 1)
 
@@ -58,7 +58,7 @@ def _pinned_process() -> None:
 def products_on_torch():
     """For a test about something else that multiplies in bf16 on the CPU (which the pinned mode refuses): its
     matrix products on torch's own kernels while it runs."""
-    from gpt1 import cpu_matmul
+    from gpt1.training import cpu_matmul
 
     cpu_matmul.disable()
     yield
@@ -68,9 +68,9 @@ def products_on_torch():
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
     """30 synthetic stories (24 train, 6 validation, ~25k tokens), a 200-merge `fast` BPE, and their ids."""
-    from gpt1.ids import encode_split
-    from gpt1.synthetic.corpus import synthetic_corpus
-    from gpt1.tokenizer import train
+    from gpt1.data.ids import encode_split
+    from gpt1.data.synthetic.corpus import synthetic_corpus
+    from gpt1.data.tokenizer import train
 
     root = tmp_path_factory.mktemp("tiny_data")
     docs = list(synthetic_corpus(30, seed=1))
@@ -100,7 +100,7 @@ def mlflow_env(monkeypatch: pytest.MonkeyPatch, mlflow_db: str) -> str:
 
 def tiny_config(*overrides: str, profile: str = "smoke"):
     """The repository's params.yaml, `profile`, shrunk by TINY and then `overrides`."""
-    from gpt1.config import load_config
+    from gpt1.pipeline.config import load_config
 
     return load_config(PARAMS, profile, overrides=[*TINY, *overrides])
 
@@ -129,7 +129,7 @@ def gpt1_command(*args: str) -> list[str]:
 @pytest.fixture(scope="session")
 def trained_gpt(tiny_data: TinyData, mlflow_db: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The out_dir of one finished tiny GPT pre-training run (in-process), shared by read-only tests."""
-    from gpt1.pretrain import pretrain_stage
+    from gpt1.stages.pretrain import pretrain_stage
 
     out = tmp_path_factory.mktemp("trained_gpt") / "pretrain"
     with pytest.MonkeyPatch.context() as mp:

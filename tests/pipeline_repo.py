@@ -45,7 +45,7 @@ def smoke_checkout(root: Path, env: dict[str, str], profile: str = "smoke", over
                    **params: object) -> Path:
     """A git + DVC repository in `root` holding the project with params.yaml selecting `profile` (smoke), that
     profile changed by `overrides` (as `gpt1 --set KEY=VALUE` takes them), then the top-level `params`."""
-    from gpt1.config import apply_overrides
+    from gpt1.pipeline.config import apply_overrides
 
     for name in ("workflow", "gpt1"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -103,7 +103,7 @@ def other_vendor() -> str | None:
     """Why this host cannot be held to the committed digests, or None. Issue 42's interim rule: the pinned mode gives
     AMD and Intel hosts the same bits but for torch's AdamW (measured on an Intel Xeon on 2026-11-27: BENCHMARKS.md
     "GPU"), so the digests hold on hosts of the vendor that wrote them; the others skip the comparison, saying why."""
-    from gpt1.numerics import processor, vendor
+    from gpt1.training.numerics import processor, vendor
 
     written = json.loads(DIGESTS_HOST.read_text())
     if vendor() == written["vendor"]:
@@ -120,7 +120,7 @@ def assert_outputs_committed(root: Path, job: str = "") -> None:
         warnings.warn(reason, stacklevel=2)
         return
     differing = outputs_not_committed(root, job)
-    from gpt1.numerics import processor
+    from gpt1.training.numerics import processor
 
     assert differing == [], (f"on {processor()}: {len(differing)} outputs changed, appeared or went missing, the "
                              f"first {differing[0]}; e.g. {differing[:12]}")

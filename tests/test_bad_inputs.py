@@ -1,7 +1,7 @@
 """Every bad input is one line on stderr naming the file or setting and the fix, a non-zero exit code, no traceback,
 and no finished output touched (the whole case folder is hashed before and after).
 
-Cases run in-process through `gpt1.cli.main` on a copy of one small world of finished smoke outputs (made once from
+Cases run in-process through `gpt1.cli.main.main` on a copy of one small world of finished smoke outputs (made once from
 conftest's tiny_data and trained_gpt); their names start with their class: params, cli, dataset, corpus, artifact,
 mlflow, fs."""
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import PARAMS, REPO, TINY, gpt1_command, tiny_config
 
-from gpt1.cli import main
+from gpt1.cli.main import main
 
 BASE = ["--params", str(PARAMS), "--profile", "smoke", *(arg for s in TINY for arg in ("--set", s))]
 MIRROR_CORPUS = ("--set", "corpus.source=hub",
@@ -46,8 +46,8 @@ def _mirror(root: Path, docs: list[dict]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gpt1.synthetic.tasks import synthetic_split
-    from gpt1.tasks import get_task
+    from gpt1.data.synthetic.tasks import synthetic_split
+    from gpt1.data.tasks import get_task
 
     books = root / "books/gutenberg/default"
     books.mkdir(parents=True)
@@ -66,9 +66,9 @@ def rte_file(mirror: Path, split: str) -> Path:
 @pytest.fixture(scope="module")
 def world(tiny_data, trained_gpt, tmp_path_factory) -> Path:
     """Finished outputs of every stage a case needs, each folder where the stage would write it again."""
-    from gpt1 import corpus as stages
-    from gpt1 import layout
-    from gpt1.files import read_jsonl
+    from gpt1.pipeline import layout
+    from gpt1.pipeline.files import read_jsonl
+    from gpt1.stages import corpus as stages
 
     root = tmp_path_factory.mktemp("world")
     corpus = tiny_config("corpus.synthetic_documents=12").section("corpus")
@@ -142,7 +142,7 @@ def write(rel: str, data: bytes | str) -> Callable[[Path], None]:
 def recorded(setup: Callable[[Path], None], rel: str, manifest: str, key: str | None) -> Callable[[Path], None]:
     """`setup`, then the file's size and sha256 written into its stage's manifest (under `key`), as if that stage
     had made the bad file: the reader's deeper check is what the case is about, not the record."""
-    from gpt1.files import file_record
+    from gpt1.pipeline.files import file_record
 
     def both(w: Path) -> None:
         setup(w)
@@ -235,8 +235,8 @@ def chain(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
 
 
 def hf_folder_with_pickle(w: Path) -> None:
-    from gpt1.hf import hf_config_from
-    from gpt1.model import GPTConfig
+    from gpt1.modeling.hf import hf_config_from
+    from gpt1.modeling.model import GPTConfig
 
     hf_config_from(GPTConfig(vocab_size=50, n_ctx=16, n_embd=16, n_layer=1, n_head=2)).save_pretrained(w / "released")
     pickle_file("released/pytorch_model.bin")(w)
@@ -266,7 +266,7 @@ def ids_out_of_vocab(w: Path) -> None:
 
 def resume_state_pickle(w: Path) -> None:
     """A resumable checkpoint whose state file is a code-running pickle, its size and sha256 in latest.json."""
-    from gpt1.files import sha256_file
+    from gpt1.pipeline.files import sha256_file
 
     make_checkpoint(w)
     pointer = json.loads((w / "pretrain/resume/latest.json").read_text())
@@ -286,8 +286,8 @@ def make_checkpoint(w: Path) -> None:
 
 
 def stop_after_first_checkpoint(w: Path) -> None:
-    import gpt1.pretrain as pretrain
-    import gpt1.pretraining as pretraining
+    import gpt1.stages.pretrain as pretrain
+    import gpt1.training.pretraining as pretraining
 
     real = pretraining.save_checkpoint
 
@@ -304,7 +304,7 @@ def stop_after_first_checkpoint(w: Path) -> None:
 @contextlib.contextmanager
 def dev_full(rel: str) -> Iterator[None]:
     """The stage's temp file for `rel` is /dev/full: its writes fail with ENOSPC, like a full disk."""
-    from gpt1.files import temp_path
+    from gpt1.pipeline.files import temp_path
 
     path = temp_path(Path(os.environ["GPT1_TEST_WORLD"]) / rel)
     path.symlink_to("/dev/full")
@@ -762,7 +762,7 @@ def test_permissions_are_one_line_and_change_nothing(case, readonly, world, caps
 
 
 def test_yaml12_floats_in_params_and_overrides(tmp_path):
-    from gpt1.config import load_config, yaml12_floats
+    from gpt1.pipeline.config import load_config, yaml12_floats
 
     edit = smoke_line("lr: 1.0e-3", "lr: 1e-3")
     (tmp_path / "params.yaml").write_text(edit(PARAMS.read_text()).replace("eps: 1.0e-8", "eps: 1E-8"))
@@ -855,11 +855,11 @@ def test_gpt1_debug_keeps_the_traceback(world, capsys, monkeypatch, mlflow_env):
 
 def test_a_bug_keeps_its_traceback(world, monkeypatch, mlflow_env):
     """An error no input explains is gpt1's own: it is not hidden behind one line."""
-    import gpt1.encode
+    import gpt1.stages.encode
 
     def broken(*args, **kwargs):
         raise TypeError("a bug")
 
-    monkeypatch.setattr(gpt1.encode, "encode_stage", broken)
+    monkeypatch.setattr(gpt1.stages.encode, "encode_stage", broken)
     with pytest.raises(TypeError, match="a bug"):
         main([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--out", "{w}/scratch-ids"]])

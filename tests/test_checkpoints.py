@@ -1,4 +1,4 @@
-"""gpt1.checkpoints: configs to and from JSON, canonical safetensors bytes, verified loading, snapshots, and the
+"""gpt1.modeling.checkpoints: configs to and from JSON, canonical safetensors bytes, verified loading, snapshots, and the
 import graph around it (checkpoints and hf never import the pretrain stage)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from conftest import REPO
 from safetensors.torch import load_file, save_file
 
-from gpt1.checkpoints import (
+from gpt1.modeling.checkpoints import (
     build_model,
     config_from_dict,
     iter_snapshots,
@@ -28,8 +28,8 @@ from gpt1.checkpoints import (
     unique_state,
     weights_metadata,
 )
-from gpt1.errors import Gpt1Error
-from gpt1.model import GPT, LSTMLM
+from gpt1.modeling.model import GPT, LSTMLM
+from gpt1.pipeline.errors import Gpt1Error
 
 MODEL = {"n_ctx": 8, "n_embd": 16, "n_layer": 1, "n_head": 2, "lstm_hidden": 24, "dropout": 0.1}
 LIBRARY = ("checkpoints", "runtime", "resume")
@@ -148,7 +148,7 @@ def test_model_json_that_disagrees_with_the_weights_is_named(finished_copy: Path
 
 def test_weights_files_are_the_same_bytes_in_every_process(tmp_path: Path) -> None:
     """safetensors writes its metadata from a hash map; save_weights writes a canonical header."""
-    code = ("import sys, torch; from gpt1.model import GPT, GPTConfig; from gpt1.checkpoints import save_weights; "
+    code = ("import sys, torch; from gpt1.modeling.model import GPT, GPTConfig; from gpt1.modeling.checkpoints import save_weights; "
             "torch.manual_seed(0); save_weights(GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, "
             "n_head=2)), sys.argv[1], {'kind': 'gpt', 'step': '3', 'tokens': '9', 'config': '{}', 'z': 'a'})")
     files = [tmp_path / f"{i}.safetensors" for i in range(3)]
@@ -162,7 +162,7 @@ def test_weights_files_are_the_same_bytes_in_every_process(tmp_path: Path) -> No
 
 
 def imports(module: str) -> set[str]:
-    """Every module `module` imports, at the top or inside a function, as written (gpt1.files, mlflow, ...)."""
+    """Every module `module` imports, at the top or inside a function, as written (gpt1.pipeline.files, mlflow, ...)."""
     tree = ast.parse((REPO / "gpt1" / f"{module}.py").read_text())
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -187,8 +187,8 @@ def test_library_modules_import_no_stage_no_mlflow_and_no_config() -> None:
 
 
 def test_importing_hf_or_checkpoints_loads_no_stage() -> None:
-    code = ("import sys, gpt1.checkpoints; assert 'gpt1.hf' not in sys.modules; import gpt1.hf, gpt1.resume, "
-            "gpt1.runtime; stages = {'gpt1.pretrain', 'gpt1.finetune', 'gpt1.zeroshot', 'gpt1.tracking'}; "
+    code = ("import sys, gpt1.modeling.checkpoints; assert 'gpt1.modeling.hf' not in sys.modules; import gpt1.modeling.hf, gpt1.training.resume, "
+            "gpt1.training.runtime; stages = {'gpt1.stages.pretrain', 'gpt1.stages.finetune', 'gpt1.stages.zeroshot', 'gpt1.pipeline.tracking'}; "
             "print(sorted(stages & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpt1 import cores
-from gpt1.cli import build_parser, main
-from gpt1.cores import default_workers
-from gpt1.errors import UsageError
+from gpt1.cli.main import build_parser, main
+from gpt1.pipeline.errors import UsageError
+from gpt1.training import cores
+from gpt1.training.cores import default_workers
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ["fetch", "clean", "bpe", "encode", "pretrain", "export", "config"]

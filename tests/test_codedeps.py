@@ -1,4 +1,4 @@
-"""Each stage's code inputs are derived from the package's imports (gpt1.codedeps), and both engines declare exactly
+"""Each stage's code inputs are derived from the package's imports (gpt1.pipeline.codedeps), and both engines declare exactly
 them: Snakemake computes them (common.smk's `code()`), dvc.yaml lists them (tools/dvc_code_deps.py writes them)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import yaml
 from test_dag import snakemake_stages, workspace
 
-from gpt1.codedeps import cli_commands, import_closure, stage_code
-from gpt1.errors import CodeDepsError
+from gpt1.pipeline.codedeps import cli_commands, import_closure, stage_code
+from gpt1.pipeline.errors import CodeDepsError
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "dvc_code_deps.py"
@@ -42,8 +42,8 @@ def toy_package(tmp_path: Path) -> Path:
     """A package named gpt1 with one import of every kind the closure must follow, and files it must not reach."""
     return write_package(tmp_path, {
         "gpt1/__init__.py": "",
-        "gpt1/__main__.py": "from gpt1.cli import main\n",
-        "gpt1/cli.py": (
+        "gpt1/__main__.py": "from gpt1.cli.main import main\n",
+        "gpt1/cli/main.py": (
             "from gpt1 import base\n\n"
             "def _one(cfg, a):\n    from gpt1.one import run\n\n"
             "def _two(cfg, a):\n    import gpt1.two\n\n"
@@ -87,7 +87,7 @@ def test_every_stage_runs_the_cli_and_its_own_module():
         files = stage_code(command)
         assert {f"gpt1/{m}" for m in [*CLI_BASE, module]} <= set(files), command
         assert all((REPO / f).is_file() for f in files), command
-    assert "gpt1/paper.yaml" in stage_code("report")
+    assert "gpt1/report/paper.yaml" in stage_code("report")
 
 
 def mismatch(name: str, listed: list[str], derived: list[str]) -> str:
@@ -123,41 +123,41 @@ def test_an_import_without_its_file_fails_the_check(tmp_path):
     shutil.copytree(REPO / "gpt1", package, ignore=shutil.ignore_patterns("__pycache__"))
     with (package / "tokenizer.py").open("a") as handle:
         handle.write("\n\ndef _added() -> None:\n    from gpt1 import significance  # noqa: F401\n")
-    assert "gpt1/significance.py" in stage_code("bpe", package)
+    assert "gpt1/evaluation/significance.py" in stage_code("bpe", package)
     tool = load_tool()
     text = (REPO / "dvc.yaml").read_text()
     found = tool.differences(text, package)
     for stage in ("bpe", "encode"):  # significance.py and the metrics.py it imports
-        assert found[stage] == (["gpt1/metrics.py", "gpt1/significance.py"], []), stage
+        assert found[stage] == (["gpt1/evaluation/metrics.py", "gpt1/evaluation/significance.py"], []), stage
     assert not {"fetch", "clean", "report"} & set(found)  # they do not run tokenizer.py
     assert tool.differences(tool.rewrite(text, package), package) == {}
 
 
 def test_tool_check_and_write_keep_the_rest_of_dvc_yaml(tmp_path):
     original = (REPO / "dvc.yaml").read_text()
-    broken = original.replace("      - gpt1/textnorm.py\n", "", 1).replace(
-        "      - gpt1/errors.py\n", "      - gpt1/errors.py\n      - gpt1/layers.py\n", 1)
+    broken = original.replace("      - gpt1/data/textnorm.py\n", "", 1).replace(
+        "      - gpt1/pipeline/errors.py\n", "      - gpt1/pipeline/errors.py\n      - gpt1/stages/layers.py\n", 1)
     path = tmp_path / "dvc.yaml"
     path.write_text(broken)
     run = [sys.executable, str(TOOL), "--dvc-yaml", str(path)]
     check = subprocess.run([*run, "--check"], capture_output=True, text=True)
     assert check.returncode == 1
-    assert "stage fetch: missing ['gpt1/textnorm.py'], extra ['gpt1/layers.py']" in check.stderr
+    assert "stage fetch: missing ['gpt1/data/textnorm.py'], extra ['gpt1/stages/layers.py']" in check.stderr
     subprocess.run([*run, "--write"], check=True)
     assert path.read_text() == original
     assert subprocess.run([*run, "--check"]).returncode == 0
 
 
 def test_editing_the_tokenizer_reruns_bpe_but_not_fetch_or_clean_in_both_engines(tmp_path):
-    """gpt1/tokenizer.py holds the tokenizer only (the text standardisation is gpt1/textnorm.py, the pool helper
-    gpt1/pool.py): it is a code input of bpe and not of fetch or clean, in dvc.yaml and in Snakemake, which plans bpe
+    """gpt1/data/tokenizer.py holds the tokenizer only (the text standardisation is gpt1/data/textnorm.py, the pool helper
+    gpt1/data/pool.py): it is a code input of bpe and not of fetch or clean, in dvc.yaml and in Snakemake, which plans bpe
     again once tokenizer.py is newer than its outputs and leaves the corpus alone (a dry run over stand-in files:
     nothing runs)."""
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     for stage in ("fetch", "clean"):
-        assert "gpt1/tokenizer.py" not in stage_code(stage) and "gpt1/tokenizer.py" not in dvc[stage]["deps"]
-    assert "gpt1/tokenizer.py" in stage_code("bpe") and "gpt1/tokenizer.py" in dvc["bpe"]["deps"]
-    assert "gpt1/textnorm.py" in dvc["clean"]["deps"] and "gpt1/textnorm.py" in dvc["bpe"]["deps"]
+        assert "gpt1/data/tokenizer.py" not in stage_code(stage) and "gpt1/data/tokenizer.py" not in dvc[stage]["deps"]
+    assert "gpt1/data/tokenizer.py" in stage_code("bpe") and "gpt1/data/tokenizer.py" in dvc["bpe"]["deps"]
+    assert "gpt1/data/textnorm.py" in dvc["clean"]["deps"] and "gpt1/data/textnorm.py" in dvc["bpe"]["deps"]
     root = workspace(tmp_path, "smoke")
     results = root / "results" / "smoke"
     names = ["corpus/raw.jsonl", "corpus/raw.manifest.json", "corpus/train.jsonl", "corpus/validation.jsonl",
@@ -180,4 +180,4 @@ def test_editing_the_tokenizer_reruns_bpe_but_not_fetch_or_clean_in_both_engines
     os.utime(root / "gpt1" / "tokenizer.py")  # edited now
     assert "Nothing to be done" in planned("results/smoke/corpus/train.jsonl")
     plan = planned(tokenizer)
-    assert "rule bpe:" in plan and "gpt1/tokenizer.py" in plan and "rule clean:" not in plan
+    assert "rule bpe:" in plan and "gpt1/data/tokenizer.py" in plan and "rule clean:" not in plan

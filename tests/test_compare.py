@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1.compare import Comparison, compare_trees, holm, render, verdicts
+from gpt1.evaluation.compare import Comparison, compare_trees, holm, render, verdicts
 from tests.conftest import TinyData, gpt1_command, tiny_config
 
 TASK = "sst2"
@@ -21,7 +21,7 @@ JOB = ["finetune.max_train_examples=400", "finetune.max_eval_examples=96", "fine
 
 def results_tree(root: Path, model: Path, tokenizer: Path, *overrides: str) -> Path:
     """finetune/sst2/pretrained/<seed>/ for SEEDS, as the pipeline lays it out."""
-    from gpt1.finetune import finetune_stage
+    from gpt1.stages.finetune import finetune_stage
 
     for seed in SEEDS:
         finetune_stage(tiny_config(*JOB, *overrides), TASK, "pretrained", seed, model, tokenizer,
@@ -33,8 +33,8 @@ def small_gpt(tiny_data: TinyData, out: Path) -> Path:
     """A 2-layer, 32-wide GPT on 64-token windows (whole smoke SST-2 sentences), saved as `gpt1 pretrain` saves."""
     import torch
 
-    from gpt1.model import GPT, GPTConfig
-    from gpt1.tokenizer import GPT1Tokenizer
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.modeling.model import GPT, GPTConfig
     from tests.test_finetune import save_pretrained
 
     tok = GPT1Tokenizer.load(tiny_data.tokenizer)
@@ -111,7 +111,7 @@ def test_predictions_not_those_their_metrics_record_are_refused(trees: dict[str,
     """Predictions are checked against the size and sha256 in the metrics.json beside them before any test uses them."""
     import shutil
 
-    from gpt1.errors import ReportError
+    from gpt1.pipeline.errors import ReportError
 
     tree = Path(shutil.copytree(trees["base"], tmp_path / "tampered"))
     predictions = tree / "finetune" / TASK / "pretrained" / "1" / "predictions.jsonl"

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt1.cli import main
-from gpt1.config import load_config, pretrain_settings, validate
-from gpt1.errors import ConfigError
+from gpt1.cli.main import main
+from gpt1.pipeline.config import load_config, pretrain_settings, validate
+from gpt1.pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -47,7 +47,7 @@ def test_paper_profile_is_the_papers_recipe():
 
 
 def test_gpu_profile_is_the_papers_model_and_finetuning_with_shorter_pretraining():
-    from gpt1.pretraining import make_plan
+    from gpt1.training.pretraining import make_plan
 
     paper, gpu = (load_config(REPO / "params.yaml", name).p for name in ("paper", "gpu"))
     assert gpu["model"] == paper["model"] and gpu["bpe"] == paper["bpe"]
@@ -164,12 +164,12 @@ def test_a_bad_length_group_names_its_key():
 
 
 def test_the_schemas_task_lists_are_the_codes():
-    """params.schema.yaml spells each task list out once, in $defs (the data stages load params without gpt1.tasks);
-    they are the fine-tuning tasks (gpt1.tasks) and Table 5's GLUE tasks (gpt1.metrics), and no other enum names a
+    """params.schema.yaml spells each task list out once, in $defs (the data stages load params without gpt1.data.tasks);
+    they are the fine-tuning tasks (gpt1.data.tasks) and Table 5's GLUE tasks (gpt1.evaluation.metrics), and no other enum names a
     task."""
-    from gpt1.config import SCHEMA_PATH
-    from gpt1.metrics import GLUE_COMPONENTS
-    from gpt1.tasks import FINETUNE_TASKS
+    from gpt1.data.tasks import FINETUNE_TASKS
+    from gpt1.evaluation.metrics import GLUE_COMPONENTS
+    from gpt1.pipeline.config import SCHEMA_PATH
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     assert schema["$defs"]["finetune_task"]["enum"] == list(FINETUNE_TASKS)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from gpt1.corpus import capped, clean, fetch, validation_indices
-from gpt1.errors import Gpt1Error
-from gpt1.files import sha256_file
-from gpt1.textnorm import clean_text, unwrap
+from gpt1.data.textnorm import clean_text, unwrap
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import sha256_file
+from gpt1.stages.corpus import capped, clean, fetch, validation_indices
 
 SYNTHETIC = {"source": "synthetic", "synthetic_documents": 10, "seed": 0, "max_documents": None, "max_bytes": None,
              "validation_fraction": 0.2}

@@ -1,4 +1,4 @@
-"""The pinned mode's matrix products (gpt1.cpu_matmul): torch's results (to rounding), every product of a training
+"""The pinned mode's matrix products (gpt1.training.cpu_matmul): torch's results (to rounding), every product of a training
 step routed (none left to MKL, whose kernels depend on the vendor), the others refused by name, and the probe's
 hashes of the pinned mode as committed: a kernel whose choice depends on the host fails here, by name, on any host.
 """
@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt1 import cpu_matmul
-from gpt1.cpu_matmul import PinnedKernelError
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.training import cpu_matmul
+from gpt1.training.cpu_matmul import PinnedKernelError
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tools" / "numerics_probe.py"

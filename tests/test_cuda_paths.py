@@ -38,8 +38,10 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1 import ids, pretrain, pretraining, resume, runtime
-from gpt1.runtime import Runtime
+from gpt1.data import ids
+from gpt1.stages import pretrain
+from gpt1.training import pretraining, resume, runtime
+from gpt1.training.runtime import Runtime
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
@@ -339,7 +341,7 @@ def test_bench_matmul_peak_counts_two_n_cubed_flops_per_product(
 
 
 def test_device_setting_cpu_hides_the_gpus_from_model_stages_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpt1 import cores
+    from gpt1.training import cores
 
     cpu = {"pinned": True, "threads": 1}
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -353,8 +355,8 @@ def test_device_setting_cpu_hides_the_gpus_from_model_stages_only(monkeypatch: p
 
 
 def test_device_setting_cuda_without_a_gpu_is_one_line_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpt1 import cores
-    from gpt1.errors import ConfigError
+    from gpt1.pipeline.errors import ConfigError
+    from gpt1.training import cores
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"^device: cuda, but torch .* sees no CUDA device.*set device: auto or cpu"):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt1 import layout
-from gpt1.plan import ABLATION_VARIANTS, Plan
-from gpt1.rerun import RERUN_SETTINGS, dvc_key, resolve
+from gpt1.pipeline import layout
+from gpt1.pipeline.plan import ABLATION_VARIANTS, Plan
+from gpt1.pipeline.rerun import RERUN_SETTINGS, dvc_key, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE_ONLY = {"all", "dvc_commit"}  # the default target and the rule that records outputs in DVC
@@ -84,7 +84,7 @@ def producers(deps: set[str], stages: dict[str, dict]) -> set[str]:
 
 
 def layout_outputs(profile: str) -> dict[str, set[str]]:
-    """Every stage's outputs as gpt1.layout names them, for params.yaml's fan-out lists, by dvc.yaml's stage names
+    """Every stage's outputs as gpt1.pipeline.layout names them, for params.yaml's fan-out lists, by dvc.yaml's stage names
     (foreach: name@item; matrix: name@value1-value2 in the matrix's key order)."""
     plan = Plan.from_params(yaml.safe_load((REPO / "params.yaml").read_text()))
     runs = plan.finetune_runs()
@@ -115,7 +115,7 @@ def test_layout_names_each_file_once():
 
 
 def test_the_report_writes_what_layout_names(tmp_path):
-    from gpt1 import layout
+    from gpt1.pipeline import layout
     from gpt1.report import declared_outputs
     from gpt1.report.figures import FIGURES
     from gpt1.report.renderers import TABLE_FORMATS
@@ -130,7 +130,7 @@ def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
     root = workspace(tmp_path, profile)
     snake, dvc = snakemake_stages(root, profile), dvc_stages(root)
     assert sorted(snake) == sorted(dvc)
-    # ... and the outputs gpt1.layout names: a file declared in one place and not the other fails here.
+    # ... and the outputs gpt1.pipeline.layout names: a file declared in one place and not the other fails here.
     expected = layout_outputs(profile)
     assert sorted(dvc) == sorted(expected)
     for name in dvc:
@@ -149,7 +149,7 @@ def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
 
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_both_engines_rerun_on_the_settings_gpt1_rerun_declares(tmp_path, profile):
-    """gpt1.rerun's table is the one declaration of which settings rerun which stage: every dvc.yaml stage lists
+    """gpt1.pipeline.rerun's table is the one declaration of which settings rerun which stage: every dvc.yaml stage lists
     exactly its keys in `params:`, and every Snakemake job carries exactly their values (its `settings` param), the
     data mirror resolved as the stages resolve it (none for a profile that makes its own data)."""
     root = workspace(tmp_path, profile)

@@ -249,7 +249,7 @@ def module_and_args(command: Command) -> tuple[str | None, tuple[str, ...]]:
 
 
 def check_gpt1(args: tuple[str, ...]) -> None:
-    from gpt1.cli import build_parser
+    from gpt1.cli.main import build_parser
 
     assert args and not args[0].startswith("-"), "gpt1 without a subcommand"
     try:

@@ -10,8 +10,8 @@ from test_report import record_beside, write_metrics
 from test_significance import write_predictions
 
 from experiments import compare_runs
-from gpt1 import layout
-from gpt1.errors import ReportError
+from gpt1.pipeline import layout
+from gpt1.pipeline.errors import ReportError
 
 EXAMPLES = 40
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments import learning_curves
-from gpt1.config import finetune_settings, load_config
-from gpt1.finetuning import Recipe
+from gpt1.pipeline.config import finetune_settings, load_config
+from gpt1.training.finetuning import Recipe
 
 REPO = Path(__file__).resolve().parents[1]
 CUT = ("train", 0.8, 0)

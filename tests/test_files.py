@@ -1,4 +1,4 @@
-"""gpt1.files: the one JSON and the one CSV writer of the results tree."""
+"""gpt1.pipeline.files: the one JSON and the one CSV writer of the results tree."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from gpt1.files import write_csv, write_json
+from gpt1.pipeline.files import write_csv, write_json
 
 
 def test_write_csv_writes_a_header_then_the_rows(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""gpt1.finetune: variants, decoding, the schedule, splits and cuts, outputs, refusals (heads: test_heads.py).
+"""gpt1.stages.finetune: variants, decoding, the schedule, splits and cuts, outputs, refusals (heads: test_heads.py).
 
 CPU only: a 200-merge tokenizer and a 2-layer, 32-wide GPT (and a 32-unit LSTM) saved the way `gpt1 pretrain` saves
 them, synthetic task data (the smoke profile), 16 training examples per job."""
@@ -16,21 +16,21 @@ import numpy as np
 import pytest
 import torch
 
-import gpt1.backbones as backbones
-import gpt1.finetuning as finetuning
-from gpt1.checkpoints import save_weights, weights_metadata
-from gpt1.config import finetune_settings, load_config
-from gpt1.errors import Gpt1Error
-from gpt1.files import file_record, without_timings, write_json
-from gpt1.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
-from gpt1.finetuning import Trainer, chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
-from gpt1.heads import decode
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.rows import Cut, Example, LoadedSplit, cut_positions
-from gpt1.taskdata import Part
-from gpt1.tasks import get_task
-from gpt1.tokenizer import GPT1Tokenizer
-from gpt1.transforms import Transformed
+import gpt1.modeling.backbones as backbones
+import gpt1.training.finetuning as finetuning
+from gpt1.data.rows import Cut, Example, LoadedSplit, cut_positions
+from gpt1.data.taskdata import Part
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.data.transforms import Transformed
+from gpt1.modeling.checkpoints import save_weights, weights_metadata
+from gpt1.modeling.heads import decode
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.pipeline.config import finetune_settings, load_config
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import file_record, without_timings, write_json
+from gpt1.stages.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
+from gpt1.training.finetuning import Trainer, chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",
@@ -63,8 +63,8 @@ def save_pretrained(model: torch.nn.Module, kind: str, tok: GPT1Tokenizer, out: 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
-    from gpt1.synthetic.corpus import synthetic_corpus
-    from gpt1.tokenizer import train
+    from gpt1.data.synthetic.corpus import synthetic_corpus
+    from gpt1.data.tokenizer import train
 
     root = tmp_path_factory.mktemp("finetune")
     tok = train([d["text"] for d in synthetic_corpus(24, seed=1)], "fast", merges=200, limit_alphabet=100)
@@ -294,7 +294,7 @@ def test_same_seed_same_run_and_transfer_is_recorded(assets: Assets) -> None:
 @pytest.mark.parametrize("task", ["mrpc", "story_cloze"])
 def test_a_job_on_the_encoded_examples_is_the_job_that_loads_them(assets: Assets, mlflow_env: str, tmp_path: Path,
                                                                   task: str) -> None:
-    from gpt1.encode_task import encode_task_stage
+    from gpt1.stages.encode_task import encode_task_stage
 
     cfg = config("model.n_ctx=64")  # the tiny checkpoint's context
     encode_task_stage(cfg, task, assets.tokenizer, tmp_path / "examples")
@@ -351,7 +351,7 @@ def test_mlflow_failing_after_training_leaves_the_earlier_outputs_as_they_were(
 ) -> None:
     import errno
 
-    import gpt1.finetune as stage
+    import gpt1.stages.finetune as stage
 
     out = tmp_path / "out"
     finetune_stage(config(), "sst2", "pretrained", 0, assets.gpt, assets.tokenizer, out)
@@ -393,7 +393,7 @@ def test_a_checkpoint_the_specials_cannot_fit_is_refused(tok: GPT1Tokenizer) -> 
 
 
 def test_story_cloze_needs_an_example_beyond_its_selection_slice() -> None:
-    from gpt1.taskdata import carve_selection
+    from gpt1.data.taskdata import carve_selection
 
     with pytest.raises(Gpt1Error, match=r"task story_cloze: 1 training example.* leave none after the 1-example "
                                         r"selection slice; raise finetune\.max_train_examples"):
@@ -406,7 +406,7 @@ def test_a_failure_during_the_run_keeps_the_previous_outputs(assets: Assets, mlf
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs are replaced only by the final renames: a run that fails leaves an earlier run's files as they were,
     and no temp file."""
-    import gpt1.finetuning as finetuning
+    import gpt1.training.finetuning as finetuning
 
     out = tmp_path / "out"
     out.mkdir()
@@ -432,8 +432,8 @@ def test_bad_task_data_is_refused(assets: Assets, tmp_path: Path) -> None:
 
 
 def test_released_variant_reads_a_hugging_face_folder_and_the_released_bpe(tmp_path: Path) -> None:
-    from gpt1.backbones import reference_bpe
-    from gpt1.hf import save_hf_dir
+    from gpt1.modeling.backbones import reference_bpe
+    from gpt1.modeling.hf import save_hf_dir
 
     reference = reference_bpe()
     if not reference.is_dir():
@@ -522,7 +522,7 @@ def job_digest(job: finetuning.FinetuneJob) -> str:
 
 @pytest.mark.parametrize(("task", "variant"), sorted(CPU_DIGESTS))
 def test_the_cpu_path_keeps_its_bits(assets: Assets, task: str, variant: str) -> None:
-    from gpt1.numerics import processor, vendor
+    from gpt1.training.numerics import processor, vendor
 
     if vendor() != CPU_DIGESTS_VENDOR:
         pytest.skip(f"the CPU digests were written on {CPU_DIGESTS_VENDOR}; this host is {processor()} ({vendor()}), "

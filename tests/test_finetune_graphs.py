@@ -1,4 +1,4 @@
-"""The CUDA fast path of fine-tuning (gpt1.finetuning.GraphedUpdates) where a CPU can check it: the bucket lengths,
+"""The CUDA fast path of fine-tuning (gpt1.training.finetuning.GraphedUpdates) where a CPU can check it: the bucket lengths,
 collation to a bucket, the static-shape loss against the eager one, the switch (a CPU keeps the eager loop unless
 forced; tests/test_finetune.py's digests keep its bits), the forced loop on a CPU through dynamo, and section e2
 of bench/gpu_check.py (`run_graphs`) rehearsed as its `section` command runs it."""
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt1.finetuning import GraphedUpdates, Recipe, Trainer, batches, bucket_length, static_losses, uses_graphs
-from gpt1.heads import FinetuneModel, collate, compute_losses
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
-from gpt1.rows import Example, LoadedSplit
-from gpt1.taskdata import Part
-from gpt1.tasks import get_task
-from gpt1.transforms import Transformed
+from gpt1.data.rows import Example, LoadedSplit
+from gpt1.data.taskdata import Part
+from gpt1.data.tasks import get_task
+from gpt1.data.transforms import Transformed
+from gpt1.modeling.heads import FinetuneModel, collate, compute_losses
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
+from gpt1.training.finetuning import GraphedUpdates, Recipe, Trainer, batches, bucket_length, static_losses, uses_graphs
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 100
@@ -128,7 +128,7 @@ def test_the_fast_loop_forced_on_a_cpu_trains_as_the_eager_one(kind: str) -> Non
 
 
 def test_the_fast_loop_stops_on_a_loss_that_is_not_finite() -> None:
-    from gpt1.errors import FinetuneError
+    from gpt1.pipeline.errors import FinetuneError
 
     model = model_for("mnli")
     with torch.no_grad():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.numerics import PINNED_ENV
+from gpt1.training.numerics import PINNED_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_check.sh"

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from bench import train_step
 from bench.gpu import levers
-from gpt1.model import GPT, GPTConfig
+from gpt1.modeling.model import GPT, GPTConfig
 from tests.test_gpu_check import run_script
 
 VOCAB, PADDED, ROWS, WIDTH = 50, 64, 37, 16

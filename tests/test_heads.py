@@ -1,4 +1,4 @@
-"""gpt1.heads: task heads on the extract token, batches, L3 = L2 + λ·L1, special tokens, layer transfer.
+"""gpt1.modeling.heads: task heads on the extract token, batches, L3 = L2 + λ·L1, special tokens, layer transfer.
 
 CPU only: the session's 200-merge tokenizer (conftest's tiny_data) and a 2-layer, 32-wide GPT (and a 32-unit LSTM)."""
 
@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 from test_checkpoints import gpt1_imports, imports
 
-from gpt1.errors import Gpt1Error
-from gpt1.heads import FinetuneModel, add_specials, collate, compute_losses, lm_targets, transfer_init
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.rows import Example
-from gpt1.tasks import get_task
-from gpt1.tokenizer import GPT1Tokenizer
-from gpt1.transforms import transform_batch
+from gpt1.data.rows import Example
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.data.transforms import transform_batch
+from gpt1.modeling.heads import FinetuneModel, add_specials, collate, compute_losses, lm_targets, transfer_init
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.pipeline.errors import Gpt1Error
 
 
 @pytest.fixture(scope="module")

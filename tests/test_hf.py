@@ -1,4 +1,4 @@
-"""gpt1.hf: our GPT <-> transformers' OpenAIGPTLMHeadModel compute identical logits. CPU, fp32, nothing downloaded."""
+"""gpt1.modeling.hf: our GPT <-> transformers' OpenAIGPTLMHeadModel compute identical logits. CPU, fp32, nothing downloaded."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
 from transformers.models.openai import modeling_openai
 
-from gpt1.hf import (
+from gpt1.modeling.hf import (
     HF_AFN,
     from_hf_model,
     from_hf_state_dict,
@@ -20,7 +20,7 @@ from gpt1.hf import (
     to_hf_model,
     to_hf_state_dict,
 )
-from gpt1.model import GPT, GPTConfig
+from gpt1.modeling.model import GPT, GPTConfig
 
 CFG = GPTConfig(vocab_size=300, n_ctx=32, n_embd=48, n_layer=3, n_head=4)
 TOL = 1e-5

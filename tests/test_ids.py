@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from gpt1.errors import IdsError
-from gpt1.ids import encode_split, load_ids
-from gpt1.synthetic.corpus import synthetic_corpus
-from gpt1.tokenizer import GPT1Tokenizer, train
+from gpt1.data.ids import encode_split, load_ids
+from gpt1.data.synthetic.corpus import synthetic_corpus
+from gpt1.data.tokenizer import GPT1Tokenizer, train
+from gpt1.pipeline.errors import IdsError
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_ids_are_the_documents_joined_by_paragraph_separators(corpus_and_tokeniz
 
 def test_two_workers_write_the_same_bytes(corpus_and_tokenizer, tmp_path, monkeypatch):
     folder, _ = corpus_and_tokenizer
-    monkeypatch.setattr("gpt1.pool.SMALL_INPUT_BYTES", 0)  # force the worker pool on a small file
+    monkeypatch.setattr("gpt1.data.pool.SMALL_INPUT_BYTES", 0)  # force the worker pool on a small file
     for workers in (1, 2):
         encode_split(folder / "tok", folder / "train.jsonl", tmp_path / f"{workers}.bin", tmp_path / f"{workers}.json",
                      "uint16", 500, workers)

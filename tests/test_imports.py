@@ -1,4 +1,4 @@
-"""The package's import graph (module-level and function-level imports, read by gpt1.codedeps): no cycle, and no
+"""The package's import graph (module-level and function-level imports, read by gpt1.pipeline.codedeps): no cycle, and no
 stage module imports another stage module (a stage's shared code lives in a library). Only cli.py and __main__.py
 may import stages; the stage modules are those holding a CLI command's stage function.
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.codedeps import find_cycle, import_graph, stage_modules
+from gpt1.pipeline.codedeps import find_cycle, import_graph, stage_modules
 
-ENTRY_POINTS = {"gpt1.cli", "gpt1.__main__"}  # they dispatch to stages
+ENTRY_POINTS = {"gpt1.cli.main", "gpt1.__main__"}  # they dispatch to stages
 REPO = Path(__file__).resolve().parents[1]
 ROOMS = ("bench", "experiments")
 
@@ -36,7 +36,7 @@ def test_the_package_has_no_import_cycle():
 
 def test_no_stage_module_imports_another():
     stages = set(stage_modules().values())
-    assert {"gpt1.finetune", "gpt1.layers", "gpt1.pretrain", "gpt1.export", "gpt1.report.stage"} <= stages
+    assert {"gpt1.stages.finetune", "gpt1.stages.layers", "gpt1.stages.pretrain", "gpt1.stages.export", "gpt1.report.stage"} <= stages
     offending = stage_imports()
     assert not offending, f"a stage module imports another stage module: {'; '.join(offending)}"
 
@@ -129,11 +129,11 @@ def test_the_room_checks_find_a_stage_the_cli_sys_path_and_bench_importing_a_stu
         "import sys\nfrom gpt1 import layout\nfrom bench.common import REPO\n\n\ndef main():\n    print(sys.argv)\n")
     (tmp_path / "bench" / "bad.py").write_text("import sys\nsys.path.insert(0, '.')\nfrom experiments import study\n")
     (tmp_path / "experiments" / "study.py").write_text(
-        "from bench.common import REPO\nfrom gpt1 import pretrain\n\n\ndef main():\n    from gpt1.cli import main\n")
+        "from bench.common import REPO\nfrom gpt1 import pretrain\n\n\ndef main():\n    from gpt1.cli.main import main\n")
     (tmp_path / "experiments" / "other.py").write_text("from sys import path\nimport gpt1.report.stage\n")
-    assert room_offences({"gpt1.pretrain", "gpt1.report.stage", "gpt1.cli"}, tmp_path) == [
+    assert room_offences({"gpt1.stages.pretrain", "gpt1.report.stage", "gpt1.cli.main"}, tmp_path) == [
         "bench/bad.py:2: sys.path", "bench/bad.py:3: bench imports experiments",
         "bench/bad.py:3: bench imports experiments.study", "experiments/other.py:1: imports sys.path",
-        "experiments/other.py:2: imports gpt1.report.stage", "experiments/study.py:2: imports gpt1.pretrain",
-        "experiments/study.py:6: imports gpt1.cli"]
+        "experiments/other.py:2: imports gpt1.report.stage", "experiments/study.py:2: imports gpt1.stages.pretrain",
+        "experiments/study.py:6: imports gpt1.cli.main"]
     assert main_modules(tmp_path) == ["bench.fine", "experiments.study"]

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 from conftest import tiny_config
 
-from gpt1.config import LAYER_TRANSFER_TASKS, load_config
-from gpt1.errors import ConfigError, Gpt1Error
-from gpt1.layers import curve_point, layers_stage
-from gpt1.metrics import bootstrap_se
-from gpt1.rows import LAYER_CAPS, layer_caps
-from gpt1.significance import predictions_by_key
+from gpt1.data.rows import LAYER_CAPS, layer_caps
+from gpt1.evaluation.metrics import bootstrap_se
+from gpt1.evaluation.significance import predictions_by_key
+from gpt1.pipeline.config import LAYER_TRANSFER_TASKS, load_config
+from gpt1.pipeline.errors import ConfigError, Gpt1Error
+from gpt1.stages.layers import curve_point, layers_stage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,9 +43,9 @@ def test_a_cap_above_what_finetune_keeps_is_an_error_naming_the_setting():
 
 
 def test_by_task_names_only_the_tasks_of_the_analysis():
-    """The schema takes the layer-transfer tasks from gpt1.config.LAYER_TRANSFER_TASKS (their one declaration), for
+    """The schema takes the layer-transfer tasks from gpt1.pipeline.config.LAYER_TRANSFER_TASKS (their one declaration), for
     layers.by_task and for layer_transfer_tasks alike."""
-    from gpt1.config import _schema, validate
+    from gpt1.pipeline.config import _schema, validate
 
     schema = _schema()
     layers = schema["$defs"]["profile"]["properties"]["layers"]

@@ -5,8 +5,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from gpt1.errors import MetricError
-from gpt1.metrics import (
+from gpt1.evaluation.metrics import (
     GLUE_COMPONENTS,
     accuracy,
     compute,
@@ -18,6 +17,7 @@ from gpt1.metrics import (
     percent,
     spearman,
 )
+from gpt1.pipeline.errors import MetricError
 
 RNG = np.random.default_rng(0)
 

@@ -15,13 +15,13 @@ import pytest
 from conftest import TinyData, tiny_config
 from mlflow.tracking import MlflowClient
 
-from gpt1.checkpoints import load_pretrained
-from gpt1.finetune import finetune_stage
-from gpt1.mlflow_models import text_log_prob
-from gpt1.pretrain import pretrain_stage
-from gpt1.rows import load_examples
-from gpt1.tasks import get_task
-from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.data.rows import load_examples
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.modeling.checkpoints import load_pretrained
+from gpt1.pipeline.mlflow_models import text_log_prob
+from gpt1.stages.finetune import finetune_stage
+from gpt1.stages.pretrain import pretrain_stage
 
 SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",
          "finetune.eval_batch_size=16"]  # fmt: skip
@@ -161,10 +161,10 @@ def test_a_finetuning_run_carries_its_outputs_inputs_and_a_model_that_predicts_t
 
 def test_text_log_prob_predicts_every_token_after_the_first_once() -> None:
     """The pyfunc's score of a text longer than the context: windows of n_ctx tokens sharing their boundary token,
-    scored by gpt1.scoring, sum to what the model's own forward passes give."""
+    scored by gpt1.evaluation.scoring, sum to what the model's own forward passes give."""
     import torch
 
-    from gpt1.model import GPT, GPTConfig
+    from gpt1.modeling.model import GPT, GPTConfig
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, n_head=2)).eval()

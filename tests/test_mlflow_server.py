@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pipeline_repo import mlflow_server_command
 
-from gpt1.plan import Plan
+from gpt1.pipeline.plan import Plan
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 def expected_run_names(root: Path) -> set[str]:

@@ -1,5 +1,5 @@
 """`mlflow ui` as a user sees it (docs/mlflow_ui.md): tools/mlflow_screens.py on a store this test makes, two pipelines
-logged through gpt1.tracking as the stages log them, the second with a changed setting (finetune.lr).
+logged through gpt1.pipeline.tracking as the stages log them, the second with a changed setting (finetune.lr).
 
 Needs Debian's `chromium` (skipped without it); starts `mlflow server` and the browser (about a minute each run).
 """
@@ -49,10 +49,10 @@ STAGES = (
 
 def log_pipeline(setenv: Callable[[str, str], None], pipeline: str, override: str, glue: float) -> None:
     """The stage runs of one pipeline, then its report run, logged as the stages log them."""
-    from gpt1.config import load_config
-    from gpt1.plan import Plan
+    from gpt1.pipeline.config import load_config
+    from gpt1.pipeline.plan import Plan
+    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, stage_run
     from gpt1.report.stage import adopt_pipeline_runs, report_metrics, report_params, report_run_name
-    from gpt1.tracking import PIPELINE_RUN_ENV, stage_run
 
     setenv(PIPELINE_RUN_ENV, pipeline)
     cfg = load_config(REPO / "params.yaml", "smoke", [override])
@@ -106,7 +106,7 @@ def test_a_view_that_shows_nothing_fails_naming_it(tmp_path: Path, monkeypatch: 
     """Without its saved view (deleted in the UI, say) the address lands on the plain runs table: the tool says so."""
     from mlflow.tracking import MlflowClient
 
-    from gpt1.tracking import PIPELINES_VIEW, VIEW_TAG_PREFIX
+    from gpt1.pipeline.tracking import PIPELINES_VIEW, VIEW_TAG_PREFIX
 
     uri = make_store(tmp_path, monkeypatch.setenv)
     client = MlflowClient(uri)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
 
 SMALL = GPTConfig(vocab_size=101, n_ctx=16, n_embd=32, n_layer=3, n_head=4)
 PAPER_PARAMS = 116_534_784  # GPTConfig(): embeddings 31,480,320 + 12 blocks x 7,087,872

@@ -1,4 +1,4 @@
-"""The pinned mode (gpt1.numerics): the same bytes whatever instruction set the host offers and whatever threads the
+"""The pinned mode (gpt1.training.numerics): the same bytes whatever instruction set the host offers and whatever threads the
 job is given; outputs record the pinned settings, MLflow the machine; a stage says when its input was computed
 otherwise."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import gpt1_command
 
-from gpt1 import cpu_matmul, numerics
-from gpt1.config import load_config
-from gpt1.errors import ConfigError
-from gpt1.numerics import PINNED_ENV, Numerics, NumericsError
+from gpt1.pipeline.config import load_config
+from gpt1.pipeline.errors import ConfigError
+from gpt1.training import cpu_matmul, numerics
+from gpt1.training.numerics import PINNED_ENV, Numerics, NumericsError
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCTS = f"{cpu_matmul.blas()} Haswell"

@@ -1,4 +1,4 @@
-"""gpt1.pretrain: schedule, decay groups, snapshots, resume (after a real kill -9), refusals, NaN stop, DDP, export.
+"""gpt1.stages.pretrain: schedule, decay groups, snapshots, resume (after a real kill -9), refusals, NaN stop, DDP, export.
 
 CPU only, tiny models from tests/conftest.py. The subprocess tests (kill + resume, torchrun) are marked slow:
 they pay python + torch + mlflow start-up several times."""
@@ -22,15 +22,15 @@ import torch
 from conftest import REPO, TINY, TinyData, gpt1_command, tiny_config
 from safetensors.torch import load_file
 
-from gpt1 import layout
-from gpt1.checkpoints import load_pretrained
-from gpt1.errors import Gpt1Error
-from gpt1.files import file_record, sha256_file
-from gpt1.ids import WindowSampler
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
-from gpt1.pretrain import declared_outputs, pretrain_stage
-from gpt1.pretraining import cosine_lr_factor, make_optimizer, make_plan, make_scheduler, snapshot_steps
-from gpt1.resume import LATEST
+from gpt1.data.ids import WindowSampler
+from gpt1.modeling.checkpoints import load_pretrained
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, flops_per_token
+from gpt1.pipeline import layout
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import file_record, sha256_file
+from gpt1.stages.pretrain import declared_outputs, pretrain_stage
+from gpt1.training.pretraining import cosine_lr_factor, make_optimizer, make_plan, make_scheduler, snapshot_steps
+from gpt1.training.resume import LATEST
 
 PRETRAIN = tiny_config().section("pretrain")
 
@@ -131,7 +131,7 @@ def test_snapshot_steps_are_unique_log_spaced_and_end_at_total(total: int, count
 def test_micro_batch_caps_each_process_share(world_size, micro, accum) -> None:
     """The paper profile's 64 sequences (micro-batches of 32) on 1 to 8 GPUs, as docs/operations.md's torchrun lines
     run it."""
-    from gpt1.config import load_config
+    from gpt1.pipeline.config import load_config
 
     paper = load_config(REPO / "params.yaml", "paper").section("pretrain")
     plan = make_plan(paper, 512, 10**9, world_size)
@@ -193,8 +193,8 @@ def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> 
 def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, mlflow_env: str) -> None:
     from transformers import OpenAIGPTLMHeadModel
 
-    from gpt1.export import export_stage
-    from gpt1.hf import HF_EXPORT_FILES
+    from gpt1.modeling.hf import HF_EXPORT_FILES
+    from gpt1.stages.export import export_stage
 
     out = export_stage(tiny_config(), trained_gpt, tmp_path / "hf", "hf")
     assert all((out / name).is_file() for name in HF_EXPORT_FILES)
@@ -210,7 +210,7 @@ def test_export_to_hf_gives_the_same_logits(trained_gpt: Path, tmp_path: Path, m
 def test_lstm_trains_on_its_own_batch_and_refuses_hf_export(
     tiny_data: TinyData, tmp_path: Path, mlflow_env: str
 ) -> None:
-    from gpt1.export import export_stage
+    from gpt1.stages.export import export_stage
 
     # pretrain.by_model.lstm sets the LSTM's batch and updates; the GPT's (max_steps=9) do not apply to it.
     cfg = tiny_config("pretrain.max_steps=9", "pretrain.snapshots=2",
@@ -352,7 +352,7 @@ def test_full_disk_while_writing_outputs_keeps_the_finished_run(
 ) -> None:
     import errno
 
-    import gpt1.pretrain as pretrain_module
+    import gpt1.stages.pretrain as pretrain_module
 
     def full(*_args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -1,5 +1,5 @@
 """gpt1.report: Tables 2-5 beside the paper, Figure 2, summary.json and the MLflow grouping, on fake results trees
-written in the exact schemas of gpt1.finetune, gpt1.layers, gpt1.zeroshot and gpt1.pretrain."""
+written in the exact schemas of gpt1.stages.finetune, gpt1.stages.layers, gpt1.stages.zeroshot and gpt1.stages.pretrain."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from conftest import PARAMS
 
-from gpt1 import layout
-from gpt1.config import Config, load_config
-from gpt1.errors import Gpt1Error
-from gpt1.files import file_record, read_sealed_json, write_sealed_json
-from gpt1.layers import FIELDS as LAYER_FIELDS
-from gpt1.metrics import glue_average
-from gpt1.plan import Plan
+from gpt1.data.rows import Cut, evaluation_split
+from gpt1.data.tasks import get_task
+from gpt1.evaluation.metrics import glue_average
+from gpt1.pipeline import layout
+from gpt1.pipeline.config import Config, load_config
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import file_record, read_sealed_json, write_sealed_json
+from gpt1.pipeline.plan import Plan
 from gpt1.report import (
     CURATED_METRICS,
     FIGURES,
@@ -36,8 +37,7 @@ from gpt1.report import (
     render_report,
     round_half_up,
 )
-from gpt1.rows import Cut, evaluation_split
-from gpt1.tasks import get_task
+from gpt1.stages.layers import FIELDS as LAYER_FIELDS
 
 PAPER = load_paper()
 MNLI_CUT = Cut("validation_matched", 0.0, 0.8, 0)
@@ -61,7 +61,7 @@ FAKE_SHAPES = {"gpt": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "
 
 def metrics_json(task: str, variant: str, seed: int, values: dict[str, dict[str, float]] | None = None,
                  cut: Cut | None = None, default: float = 0.5) -> dict[str, Any]:
-    """A metrics.json as gpt1.finetuning.build_metrics writes it; `values` {report: {metric: fraction}}."""
+    """A metrics.json as gpt1.training.finetuning.build_metrics writes it; `values` {report: {metric: fraction}}."""
     spec = get_task(task)
     reports = {}
     for report in spec.reports:
@@ -106,7 +106,7 @@ def write_metrics(results: Path, task: str, variant: str, seed: int, **kwargs: A
 
 
 def fake_record(sealed: Path) -> dict[str, Any]:
-    """The rest of a record the report only checks (gpt1/records.schema.yaml) and takes `files` from: layers.json,
+    """The rest of a record the report only checks (gpt1/pipeline/records.schema.yaml) and takes `files` from: layers.json,
     zeroshot.json, or pre-training's metrics.json."""
     if sealed.name == "layers.json":
         return {"task": sealed.parent.parent.name, "seed": int(sealed.parent.name), "n_layer": 12, "points": [],
@@ -662,18 +662,18 @@ def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, m
 
 
 def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
-    """The fake metrics.json of these tests has the keys gpt1.finetune writes, both are what gpt1/records.schema.yaml
+    """The fake metrics.json of these tests has the keys gpt1.stages.finetune writes, both are what gpt1/pipeline/records.schema.yaml
     declares, and the reader accepts the real one."""
     from conftest import tiny_config
 
-    from gpt1 import records
-    from gpt1.config import finetune_settings
-    from gpt1.files import without_timings
-    from gpt1.finetuning import finetune_run
+    from gpt1.pipeline import records
+    from gpt1.pipeline.config import finetune_settings
+    from gpt1.pipeline.files import without_timings
+    from gpt1.training.finetuning import finetune_run
 
     settings = finetune_settings(tiny_config())
     real = finetune_run(settings, "mrpc", "pretrained", 0, trained_gpt, tiny_data.tokenizer).metrics
-    written = {**without_timings(real), "numerics": FAKE_NUMERICS, "files": {}}  # as gpt1.finetune writes it
+    written = {**without_timings(real), "numerics": FAKE_NUMERICS, "files": {}}  # as gpt1.stages.finetune writes it
     fake = metrics_json("mrpc", "pretrained", 0)
     assert records.problem("finetune_metrics", written) is None and records.problem("finetune_metrics", fake) is None
     assert set(fake) == set(written)
@@ -706,8 +706,8 @@ def test_a_pipeline_id_with_a_quote_is_refused() -> None:
 def test_the_report_run_logs_the_curated_metrics_that_exist() -> None:
     """The curated few under the names `dvc metrics show` gives them (the columns of MLflow's saved views), beside
     every number of the summary; a curated metric without its inputs (None in metrics.json) is not logged."""
+    from gpt1.pipeline.tracking import VIEW_METRICS
     from gpt1.report.stage import CURATED_METRICS, report_metrics
-    from gpt1.tracking import VIEW_METRICS
 
     summary = {"table4.glue_average.pretrained": 61.5, "figure2_left.mnli.dev_accuracy": 40.0,
                "figure2_left.race.dev_accuracy": 30.0, "report.gaps": 3}
@@ -718,8 +718,8 @@ def test_the_report_run_logs_the_curated_metrics_that_exist() -> None:
 def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monkeypatch, capsys) -> None:
     from mlflow.tracking import MlflowClient
 
+    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, stage_run
     from gpt1.report import report_stage
-    from gpt1.tracking import PIPELINE_RUN_ENV, stage_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -854,9 +854,9 @@ def test_a_paper_yaml_without_the_papers_recipe_is_refused_naming_the_key(tmp_pa
 ])  # fmt: skip
 def test_a_renamed_or_undeclared_key_fails_where_the_record_is_written(tmp_path: Path, record: str, change: Any,
                                                                        message: str) -> None:
-    """gpt1/records.py: a writer that renames, drops or adds a key, or changes its type, fails in one place, before
+    """gpt1/pipeline/records.py: a writer that renames, drops or adds a key, or changes its type, fails in one place, before
     the file exists, naming the key; the same file written by hand fails the reader the same way."""
-    from gpt1 import records
+    from gpt1.pipeline import records
 
     data = metrics_json("rte", "pretrained", 0)
     change(data)
@@ -897,9 +897,9 @@ def test_the_page_of_samples_holds_one_block_per_chosen_snapshot_drawn_by_gpt1_s
         tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
     from html import unescape
 
-    from gpt1.checkpoints import iter_snapshots, load_pretrained
-    from gpt1.sampling import SampleSettings, sample_text
-    from gpt1.tokenizer import GPT1Tokenizer
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.evaluation.sampling import SampleSettings, sample_text
+    from gpt1.modeling.checkpoints import iter_snapshots, load_pretrained
 
     results = samples_tree(tmp_path / "results", trained_gpt, tiny_data.tokenizer)
     md, page = samples_page(results, tmp_path / "a")
@@ -918,7 +918,7 @@ def test_the_page_of_samples_holds_one_block_per_chosen_snapshot_drawn_by_gpt1_s
             f"--length 12 --temperature 1 --top-k 40 --seed 3` writes the last one's first text again") in md
     assert [line for line in md.splitlines() if line.startswith("`") and line.endswith(".safetensors`")] == [
         f"`{paths[0]}`", f"`{paths[2]}`"]
-    # each block is the text gpt1.sampling draws from that snapshot (what `gpt1 sample` prints)
+    # each block is the text gpt1.evaluation.sampling draws from that snapshot (what `gpt1 sample` prints)
     tokenizer = GPT1Tokenizer.load(tiny_data.tokenizer)
     drawn = [sample_text(load_pretrained(snapshots[i][1])[0], tokenizer, prompt, SampleSettings(12, 1.0, 40, 3))
              for i in (0, 2) for prompt in SAMPLES["prompts"]]

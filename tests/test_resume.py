@@ -1,4 +1,4 @@
-"""gpt1.resume: the settings fingerprint, RNG states, atomic writes, and a checkpoint saved and restored (or refused)
+"""gpt1.training.resume: the settings fingerprint, RNG states, atomic writes, and a checkpoint saved and restored (or refused)
 in-process with a tiny model. The stage's kill -9 and NaN-stop resumes are in tests/test_pretrain.py."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1.checkpoints import build_model, model_config
-from gpt1.errors import Gpt1Error
-from gpt1.files import first_difference
-from gpt1.resume import (
+from gpt1.modeling.checkpoints import build_model, model_config
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import first_difference
+from gpt1.training.resume import (
     LATEST,
     RESUME_FREE_KEYS,
     Progress,

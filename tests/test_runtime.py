@@ -1,4 +1,4 @@
-"""gpt1.runtime on the CPU: the device, seeding, a single-process runtime, precision and kernels that change
+"""gpt1.training.runtime on the CPU: the device, seeding, a single-process runtime, precision and kernels that change
 nothing. The CUDA side of each decision is forced in tests/test_cuda_paths.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1.runtime import (
+from gpt1.training.runtime import (
     Runtime,
     attention_kernels,
     autocast,

@@ -1,4 +1,4 @@
-"""`gpt1 sample` and gpt1.sampling: seeded text from our checkpoints, their snapshots and HF exports."""
+"""`gpt1 sample` and gpt1.evaluation.sampling: seeded text from our checkpoints, their snapshots and HF exports."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt1.checkpoints import load_pretrained
-from gpt1.errors import UsageError
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.sampling import SampleSettings, generate, next_token
+from gpt1.evaluation.sampling import SampleSettings, generate, next_token
+from gpt1.modeling.checkpoints import load_pretrained
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.pipeline.errors import UsageError
 from tests.conftest import PARAMS, TinyData, gpt1_command
 
 
@@ -74,7 +74,7 @@ def sample(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 def test_cli_samples_a_checkpoint_a_snapshot_and_its_hf_export_alike(
     trained_gpt: Path, tiny_data: TinyData, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from gpt1.hf import save_hf_dir
+    from gpt1.modeling.hf import save_hf_dir
 
     common = ("--tokenizer", str(tiny_data.tokenizer), "--prompt", "Once upon a time", "--length", "12")
     first = sample(subprocess_env, "--model", str(trained_gpt), *common, "--seed", "5")
@@ -96,8 +96,8 @@ def test_cli_samples_a_checkpoint_a_snapshot_and_its_hf_export_alike(
 def test_cli_refuses_a_missing_tokenizer_and_a_foreign_one_in_one_line(
     trained_gpt: Path, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from gpt1.synthetic.corpus import synthetic_corpus
-    from gpt1.tokenizer import train
+    from gpt1.data.synthetic.corpus import synthetic_corpus
+    from gpt1.data.tokenizer import train
 
     missing = sample(subprocess_env, "--model", str(trained_gpt))
     assert missing.returncode != 0 and "--tokenizer is required" in missing.stderr
@@ -110,10 +110,10 @@ def test_cli_refuses_a_missing_tokenizer_and_a_foreign_one_in_one_line(
 
 
 def test_sample_is_no_stage_code_input() -> None:
-    from gpt1.codedeps import stage_code
+    from gpt1.pipeline.codedeps import stage_code
 
     for stage in ("pretrain", "finetune", "report"):
         files = stage_code(stage)
-        assert "gpt1/cli.py" in files and "gpt1/commands.py" not in files, stage
+        assert "gpt1/cli/main.py" in files and "gpt1/cli/commands.py" not in files, stage
         # the library is the report's too (its page of samples), the command's module no stage's
-        assert ("gpt1/sampling.py" in files) == (stage == "report"), stage
+        assert ("gpt1/evaluation/sampling.py" in files) == (stage == "report"), stage

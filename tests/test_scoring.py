@@ -1,4 +1,4 @@
-"""gpt1.scoring: the one left-truncation rule (fine-tuning sequences and zero-shot windows) and token
+"""gpt1.evaluation.scoring: the one left-truncation rule (fine-tuning sequences and zero-shot windows) and token
 log-probabilities, batched with right padding, under tiny GPT and LSTM models."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 from test_checkpoints import gpt1_imports, imports
 from torch import nn
 
-from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
-from gpt1.scoring import fit_context, left_truncate, score_continuations
-from gpt1.transforms import _assemble
+from gpt1.data.transforms import _assemble
+from gpt1.evaluation.scoring import fit_context, left_truncate, score_continuations
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 
 SPECIALS = {"_start_": 1000, "_delimiter_": 1001, "_classify_": 1002}
 

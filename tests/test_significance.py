@@ -1,4 +1,4 @@
-"""gpt1.significance: Table 5's paired tests on hand-made predictions whose answer is known."""
+"""gpt1.evaluation.significance: Table 5's paired tests on hand-made predictions whose answer is known."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.errors import PredictionsError
-from gpt1.significance import column_test, paired_arrays, read_predictions
+from gpt1.evaluation.significance import column_test, paired_arrays, read_predictions
+from gpt1.pipeline.errors import PredictionsError
 
 
 def write_predictions(path: Path, rows: list[tuple[str, int, int, int]], split: str = "validation") -> Path:

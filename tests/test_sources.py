@@ -5,8 +5,8 @@ from pathlib import Path
 import datasets
 import pytest
 
-from gpt1.errors import SourceError
-from gpt1.sources import DatasetRef, iter_documents, load_arguments, load_split, mirror_file, text_files
+from gpt1.data.sources import DatasetRef, iter_documents, load_arguments, load_split, mirror_file, text_files
+from gpt1.pipeline.errors import SourceError
 
 SHARED_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 REF = DatasetRef("acme/reviews", "polarity", "validation")

@@ -1,4 +1,4 @@
-"""gpt1.taskdata and the encode_task stage: a task's examples planned once, written, read back exactly, refused when
+"""gpt1.data.taskdata and the encode_task stage: a task's examples planned once, written, read back exactly, refused when
 they belong to another tokenizer, context or setting, or were edited."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt1 import layout
-from gpt1.config import load_config
-from gpt1.encode_task import encode_task_stage
-from gpt1.errors import Gpt1Error, TaskDataError
-from gpt1.rows import data_settings, data_source, train_cap
-from gpt1.taskdata import TaskData, narrow, plan_task_data, read_encoded, write_encoded
-from gpt1.tasks import get_task
-from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.data.rows import data_settings, data_source, train_cap
+from gpt1.data.taskdata import TaskData, narrow, plan_task_data, read_encoded, write_encoded
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.pipeline import layout
+from gpt1.pipeline.config import load_config
+from gpt1.pipeline.errors import Gpt1Error, TaskDataError
+from gpt1.stages.encode_task import encode_task_stage
 
 REPO = Path(__file__).resolve().parents[1]
 N_CTX = 48
@@ -24,8 +24,8 @@ N_CTX = 48
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> GPT1Tokenizer:
-    from gpt1.synthetic.corpus import synthetic_corpus
-    from gpt1.tokenizer import train
+    from gpt1.data.synthetic.corpus import synthetic_corpus
+    from gpt1.data.tokenizer import train
 
     folder = tmp_path_factory.mktemp("taskdata") / "tokenizer"
     train([d["text"] for d in synthetic_corpus(24, seed=1)], "fast", merges=200, limit_alphabet=100).save(folder)

@@ -6,15 +6,15 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from gpt1.errors import Gpt1Error, SyntheticDataError, TaskError
+from gpt1.data.rows import Cut, Example, evaluation_split, load_examples, parse_row, report_examples
+from gpt1.data.sources import DatasetRef, mirror_file
+from gpt1.data.synthetic.corpus import synthetic_corpus
+from gpt1.data.synthetic.tasks import FEATURES, synthetic_split
+from gpt1.data.tasks import FINETUNE_TASKS, TASKS, get_task
+from gpt1.data.tokenizer import train
+from gpt1.data.transforms import transform, transform_batch
+from gpt1.pipeline.errors import Gpt1Error, SyntheticDataError, TaskError
 from gpt1.report.tables import PAPER_NUMBERS
-from gpt1.rows import Cut, Example, evaluation_split, load_examples, parse_row, report_examples
-from gpt1.sources import DatasetRef, mirror_file
-from gpt1.synthetic.corpus import synthetic_corpus
-from gpt1.synthetic.tasks import FEATURES, synthetic_split
-from gpt1.tasks import FINETUNE_TASKS, TASKS, get_task
-from gpt1.tokenizer import train
-from gpt1.transforms import transform, transform_batch
 
 SHARED_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 _absent = pytest.mark.skipif(not SHARED_MIRROR.is_dir(), reason="the shared data mirror is absent")
@@ -351,7 +351,7 @@ def test_synthetic_split_rejects_what_the_hub_lacks():
 
 
 def test_synthetic_data_carries_a_learnable_signal():
-    from gpt1.synthetic.tasks import POSITIVE
+    from gpt1.data.synthetic.tasks import POSITIVE
 
     sst2 = load_examples("sst2", "train", synthetic=True).examples
     assert all((any(w in e.texts[0] for w in POSITIVE)) == (e.label == 1) for e in sst2)

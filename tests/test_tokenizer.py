@@ -5,10 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.errors import TokenizerError
-from gpt1.synthetic.corpus import synthetic_corpus
-from gpt1.textnorm import standardize
-from gpt1.tokenizer import (
+from gpt1.data.synthetic.corpus import synthetic_corpus
+from gpt1.data.textnorm import standardize
+from gpt1.data.tokenizer import (
     FINETUNE_SPECIALS,
     GPT1Tokenizer,
     load_released,
@@ -16,6 +15,7 @@ from gpt1.tokenizer import (
     read_merges,
     train,
 )
+from gpt1.pipeline.errors import TokenizerError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openai-gpt1-bpe"
 FIXTURES = Path(__file__).parent / "fixtures" / "bpe"
@@ -108,7 +108,7 @@ def _train_in_fresh_process(folder: Path) -> bytes:
     import subprocess
     import sys
 
-    code = ("import sys; from gpt1.synthetic.corpus import synthetic_corpus; from gpt1.tokenizer import train; "
+    code = ("import sys; from gpt1.data.synthetic.corpus import synthetic_corpus; from gpt1.data.tokenizer import train; "
             "texts = [d['text'] for d in synthetic_corpus(48, seed=0)]; "  # the smoke corpus: many tied pairs
             "train(texts, 'spacy', 300, 200).save(sys.argv[1])")
     subprocess.run([sys.executable, "-c", code, str(folder)], check=True)

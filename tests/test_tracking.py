@@ -10,12 +10,12 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from gpt1 import tracking
-from gpt1.tracking import check_store, flatten, shown
+from gpt1.pipeline import tracking
+from gpt1.pipeline.tracking import check_store, flatten, shown
 
 WRITER = """
 import sys
-from gpt1.tracking import stage_run
+from gpt1.pipeline.tracking import stage_run
 index = int(sys.argv[1])
 with stage_run(f"writer{index}", "smoke", "parallel", {"index": index, "nested": {"a": 1}}) as run:
     for step in range(25):
@@ -46,7 +46,7 @@ def test_flatten_nested_params():
 
 
 def test_log_steps_writes_more_than_one_batch_of_steps(tmp_path, monkeypatch):
-    from gpt1.tracking import METRICS_PER_BATCH, stage_run
+    from gpt1.pipeline.tracking import METRICS_PER_BATCH, stage_run
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -92,7 +92,7 @@ def test_a_password_in_the_tracking_uri_is_not_shown():
 def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
     """The kind says the experiment holds model training runs (MLflow 3.17's UI does not read it for the tab it opens
     on: docs/mlflow_ui.md)."""
-    from gpt1.tracking import EXPERIMENT_KIND, ensure_experiment
+    from gpt1.pipeline.tracking import EXPERIMENT_KIND, ensure_experiment
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -105,7 +105,7 @@ def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
 
 
 def _views(client: MlflowClient, name: str) -> dict[str, dict]:
-    from gpt1.tracking import VIEW_TAG_PREFIX
+    from gpt1.pipeline.tracking import VIEW_TAG_PREFIX
 
     tags = client.get_experiment_by_name(name).tags
     return {key.removeprefix(VIEW_TAG_PREFIX): json.loads(value) for key, value in tags.items()
@@ -115,7 +115,7 @@ def _views(client: MlflowClient, name: str) -> dict[str, dict]:
 def test_the_experiment_carries_saved_views_of_its_runs_and_says_what_to_click(tmp_path, monkeypatch):
     """What MLflow 3.17's runs page lists under Views: the runs grouped by pipeline, and a row per pipeline (its
     report run), each with the curated metrics as columns; the description says where they are."""
-    from gpt1.tracking import NOTE, NOTE_TAG, PIPELINE_TAG, VIEW_METRICS, VIEWS, ensure_experiment
+    from gpt1.pipeline.tracking import NOTE, NOTE_TAG, PIPELINE_TAG, VIEW_METRICS, VIEWS, ensure_experiment
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -135,7 +135,7 @@ def test_the_experiment_carries_saved_views_of_its_runs_and_says_what_to_click(t
 def test_the_saved_views_come_back_and_a_users_description_stays(tmp_path, monkeypatch):
     """Each stage checks the experiment's tags: a view deleted in the UI, or saved by an older version, is written
     again; one that is up to date is left as it is (its time kept); a description a user wrote is theirs."""
-    from gpt1.tracking import NOTE_TAG, VIEW_TAG_PREFIX, ensure_experiment
+    from gpt1.pipeline.tracking import NOTE_TAG, VIEW_TAG_PREFIX, ensure_experiment
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -157,7 +157,7 @@ def test_the_saved_views_come_back_and_a_users_description_stays(tmp_path, monke
 
 
 def test_the_ui_address_opens_the_view_on_the_runs_not_the_genai_pages():
-    from gpt1.tracking import ui_url
+    from gpt1.pipeline.tracking import ui_url
 
     query = "runs?workflowType=machine_learning&viewStateShareKey="
     assert ui_url("3", "sqlite:///mlflow.db") == f"http://127.0.0.1:5000/#/experiments/3/{query}gpt1-pipelines"
@@ -166,7 +166,7 @@ def test_the_ui_address_opens_the_view_on_the_runs_not_the_genai_pages():
 
 
 def test_dataset_sources_say_where_the_data_came_from():
-    from gpt1.tracking import dataset_source
+    from gpt1.pipeline.tracking import dataset_source
 
     hub = dataset_source("hub:nyu-mll/glue (sst2, split train)")
     assert (hub._get_source_type(), hub.url) == ("http", "https://huggingface.co/datasets/nyu-mll/glue")
@@ -179,7 +179,7 @@ def test_a_dataset_another_run_inserted_at_the_same_moment_is_logged_on_the_retr
     """Two fine-tuning runs of one task log the same new dataset at once: the loser's insert breaks the unique key."""
     from mlflow.exceptions import MlflowException
 
-    from gpt1.tracking import stage_run
+    from gpt1.pipeline.tracking import stage_run
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     with stage_run("finetune", "smoke", "inputs", {}) as run:

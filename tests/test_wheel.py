@@ -49,7 +49,7 @@ def test_the_wheel_holds_every_subpackage_and_data_file(wheel: Path) -> None:
     tracked = subprocess.run(["git", "ls-files", "gpt1"], cwd=REPO, capture_output=True, text=True, check=True)
     wanted = {n for n in tracked.stdout.split() if n.endswith((".py", ".yaml"))}
     assert wanted and wanted <= names, f"missing from the wheel: {sorted(wanted - names)}"
-    assert {"gpt1/synthetic/__init__.py", "gpt1/report/__init__.py", "gpt1/params.schema.yaml"} <= names
+    assert {"gpt1/data/synthetic/__init__.py", "gpt1/report/__init__.py", "gpt1/pipeline/params.schema.yaml"} <= names
     assert any(n.endswith("entry_points.txt") for n in names)
 
 

@@ -1,4 +1,4 @@
-"""gpt1.zeroshot: the four heuristics of §5 on hand-made inputs whose answer is known, under a
+"""gpt1.stages.zeroshot: the four heuristics of §5 on hand-made inputs whose answer is known, under a
 hand-set bigram "language model"; then the stage end to end on tiny GPT/LSTM snapshots and synthetic task data."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import torch
 from conftest import TinyData, tiny_config
 from torch import nn
 
-from gpt1.errors import Gpt1Error
-from gpt1.files import read_sealed_json, verify_file
-from gpt1.metrics import bootstrap_se, matthews
-from gpt1.probes import (
+from gpt1.data.rows import Example
+from gpt1.data.tokenizer import train
+from gpt1.evaluation.metrics import bootstrap_se, matthews
+from gpt1.evaluation.probes import (
     ChoiceProbe,
     Scored,
     TaskData,
@@ -37,10 +37,10 @@ from gpt1.probes import (
     sst2_probe,
     task_result,
 )
-from gpt1.rows import Example
-from gpt1.scoring import score_continuations
-from gpt1.tokenizer import train
-from gpt1.zeroshot import check_references, zeroshot_stage
+from gpt1.evaluation.scoring import score_continuations
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import read_sealed_json, verify_file
+from gpt1.stages.zeroshot import check_references, zeroshot_stage
 
 WORDS = ["the", "dog", "cat", "chased", "barked", "meowed", "because", "it", "ran", "sat", "park", "went", "to", "what",
          "did", "do", "film", "was", "good", "bad", "very", "positive", "negative", "alpha", "bravo", "charlie",
@@ -276,11 +276,11 @@ def sst2_probe_of(labels: np.ndarray) -> ChoiceProbe:
 
 
 def write_pretrain_folder(out: Path, kind: str, cfg, tokenizer_dir: Path, steps: tuple[int, ...], final: int) -> None:
-    """A pretrain out_dir as gpt1.pretrain writes it: snapshots/NN.safetensors + index.json, model.safetensors +
+    """A pretrain out_dir as gpt1.stages.pretrain writes it: snapshots/NN.safetensors + index.json, model.safetensors +
     model.json; every file a differently seeded tiny model."""
-    from gpt1.checkpoints import build_model, model_config, save_weights, weights_metadata
-    from gpt1.files import file_record
-    from gpt1.tokenizer import GPT1Tokenizer
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.modeling.checkpoints import build_model, model_config, save_weights, weights_metadata
+    from gpt1.pipeline.files import file_record
 
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)
     config, sha = model_config(kind, cfg.section("model"), tokenizer.base_vocab_size), tokenizer.fingerprint()

@@ -1,4 +1,4 @@
-"""Keep dvc.yaml's `gpt1/` deps equal to each stage's derived code (gpt1.codedeps.stage_code).
+"""Keep dvc.yaml's `gpt1/` deps equal to each stage's derived code (gpt1.pipeline.codedeps.stage_code).
 
 Snakemake derives a rule's code inputs when it reads the workflow; dvc.yaml cannot compute, so its lists are
 written out and this keeps them exact:
@@ -21,7 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's package, installed or not
-from gpt1.codedeps import PACKAGE_DIR, stage_code  # noqa: E402
+from gpt1.pipeline.codedeps import PACKAGE_DIR, stage_code  # noqa: E402
 
 CODE_PREFIX = "gpt1/"
 STAGE_LINE = re.compile(r"^  ([\w-]+):\s*$")  # a stage: two spaces in, under `stages:`

@@ -1,7 +1,7 @@
 """Which CPU kernels give the same bits on two hosts: one hash per operation the pipeline computes, for comparing
 machines, and the check that the pinned mode still computes the committed bits.
 
-    .venv/bin/python tools/numerics_probe.py --mode pinned > host.json          # the pinned mode (gpt1.numerics)
+    .venv/bin/python tools/numerics_probe.py --mode pinned > host.json          # the pinned mode (gpt1.training.numerics)
     .venv/bin/python tools/numerics_probe.py --mode pinned-mkl > host.json      # the pinned mode before 2026-11-27
     .venv/bin/python tools/numerics_probe.py --mode none > host.json            # the host's own kernels
     .venv/bin/python tools/numerics_probe.py --mode pinned --check tests/fixtures/numerics_probe.json
@@ -33,9 +33,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # gpt1, without installing the package (the GPU machine runs it from a copy)
 
-from gpt1.numerics import PINNED_ENV, processor, vendor  # noqa: E402  (imports no torch)
+from gpt1.training.numerics import PINNED_ENV, processor, vendor  # noqa: E402  (imports no torch)
 
-MODES = {  # name: (environment, products through gpt1.cpu_matmul)
+MODES = {  # name: (environment, products through gpt1.training.cpu_matmul)
     "pinned": (PINNED_ENV, True),
     "pinned-mkl": ({**PINNED_ENV, "MKL_CBWR": "AVX2"}, False),
     "none": ({}, False),
@@ -108,7 +108,7 @@ def reference_ops(g: Any) -> dict[str, Any]:
 
 def refusable(op: Callable[[Any], Any], g: Any) -> Any:
     """The operation's result, or None where the pinned mode refuses one of its products."""
-    from gpt1.cpu_matmul import PinnedKernelError
+    from gpt1.training.cpu_matmul import PinnedKernelError
 
     try:
         return op(g)
@@ -187,7 +187,7 @@ def model_ops(g: Any) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from gpt1.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+    from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 
     def updates(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], steps: int = 3) -> torch.Tensor:
         opt = torch.optim.AdamW(model.parameters(), lr=2.5e-4, weight_decay=0.01)
@@ -251,7 +251,7 @@ def optimizer_ops(g: Any) -> dict[str, Any]:
 
 
 def openblas_ops() -> dict[str, Any]:
-    """The pinned mode's products on numpy alone (numpy's generator, float32), in the layouts gpt1.cpu_matmul hands
+    """The pinned mode's products on numpy alone (numpy's generator, float32), in the layouts gpt1.training.cpu_matmul hands
     OpenBLAS: forward (x W^T), both gradients (g W, g^T x), the LM head, a stack (attention)."""
     import numpy as np
 
@@ -278,7 +278,7 @@ def run(products: bool) -> dict[str, str]:
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False if products else torch.backends.mkldnn.enabled
     if products:
-        from gpt1 import numerics
+        from gpt1.training import numerics
 
         numerics.apply(True, 1)
     hashes = {name: digest(value) for name, value in openblas_ops().items()}

@@ -5,7 +5,7 @@ change that is meant to change results, and committed with it. tests/test_workfl
 
 Refused where CI is set (a run must never write the digests it is checked against), and it says which outputs moved
 and on which processor they were written: the pinned mode gives every x86-64 host with AVX2 the same bytes
-(gpt1.numerics), but for torch's AdamW on Intel against AMD (issue 42): the tests compare with them on hosts of the
+(gpt1.training.numerics), but for torch's AdamW on Intel against AMD (issue 42): the tests compare with them on hosts of the
 vendor that wrote them (tests/fixtures/smoke_digests_host.json) and say why elsewhere.
 """
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the smoke checkout the tests run (pip
 
 from pipeline_repo import COMMITTED_DIGESTS, DIGESTS_HOST, output_digests, smoke_repo  # noqa: E402
 
-from gpt1.numerics import processor, vendor  # noqa: E402
+from gpt1.training.numerics import processor, vendor  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Section g (issue 43 item 2): the paper's dropout (p = 0.1) as pre-training runs it on CUDA, measured.
 
 1. Which scaled_dot_product_attention backend runs in a training step as pre-training takes it (the model compiled,
-   bf16 autocast, gpt1.runtime.attention_kernels' order): torch.profiler's op and kernel names of one compiled
+   bf16 autocast, gpt1.training.runtime.attention_kernels' order): torch.profiler's op and kernel names of one compiled
    forward and backward of a one-block GPT at the paper's width (768, 12 heads, context 512).
 2. Each backend's effective attention-dropout rate, read from its outputs: with q = k = 0 every causal attention row
    is uniform, 1/(i+1), and with v[j] = e_j (the j-th unit vector, j < head dim) the output's element (i, d) IS the
@@ -32,8 +32,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench.gpu.env import Context
 from bench.gpu.report import Record, md_table
-from gpt1.model import GPT
-from gpt1.runtime import attention_kernels, autocast
+from gpt1.modeling.model import GPT
+from gpt1.training.runtime import attention_kernels, autocast
 
 P = 0.1  # the paper's attention, residual and embedding dropout
 # batch, heads, sequence, head dim: the paper's model (12 x 64 = 768, context 512) on CUDA
@@ -121,7 +121,7 @@ def attention_rate(call: Callable[..., torch.Tensor], shape: tuple[int, int, int
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The model's call (gpt1.model.CausalSelfAttention) in training."""
+    """The model's call (gpt1.modeling.model.CausalSelfAttention) in training."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=P)
 
 

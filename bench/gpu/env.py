@@ -151,7 +151,7 @@ def commit(bundle: Path) -> str:
 
 def cpu_model() -> str:
     """The processor's name as /proc/cpuinfo gives it (what the numerics probe names a host by)."""
-    from gpt1.numerics import processor  # no torch: the orchestrator stays light
+    from gpt1.training.numerics import processor  # no torch: the orchestrator stays light
 
     return processor()
 

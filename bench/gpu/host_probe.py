@@ -46,7 +46,7 @@ class Mode:
 
 # What runs, in this order; a mode whose script or choice is not there (yet) is left out and said so. The shared
 # probe's modes are those of the AMD files; "project-pinned" is issue 42's pinned mode (products through numpy's
-# OpenBLAS at a fixed core type, gpt1.cpu_matmul), against its hashes committed from the AMD host.
+# OpenBLAS at a fixed core type, gpt1.training.cpu_matmul), against its hashes committed from the AMD host.
 MODES = (
     Mode("pinned", "shared", ("--env", "pinned")),
     Mode("pinned-mkl-compatible", "shared", ("--env", "pinned", "--set", "MKL_CBWR=COMPATIBLE")),

@@ -1,5 +1,5 @@
 """Section d: GPU numerics. The same weights and batch on the CPU in fp32 (the reference) and on the GPU in fp32
-(TF32 off), TF32 (what gpt1.runtime.configure_device turns on) and bf16 autocast with flash attention first (what
+(TF32 off), TF32 (what gpt1.training.runtime.configure_device turns on) and bf16 autocast with flash attention first (what
 pre-training and fine-tuning compute in): max and mean |delta logits| and delta loss, for the paper's shape (random
 N(0, 0.02) weights) and for section c's pre-trained model on its validation windows. Then two identical short
 pre-trainings through the CLI (section c's command, uninterrupted): bit-identical, or by how much they differ after
@@ -20,8 +20,8 @@ import torch
 from bench.gpu.env import Context, run_one
 from bench.gpu.report import Record, md_table
 from bench.gpu.stages import pretrain_args, twins
-from gpt1.model import GPT, GPTConfig
-from gpt1.runtime import attention_kernels, autocast, configure_device
+from gpt1.modeling.model import GPT, GPTConfig
+from gpt1.training.runtime import attention_kernels, autocast, configure_device
 
 PAPER = GPTConfig(vocab_size=40478, n_ctx=512, n_embd=768, n_layer=12, n_head=12)
 TINY = GPTConfig(vocab_size=512, n_ctx=64, n_embd=64, n_layer=2, n_head=2)
@@ -79,7 +79,7 @@ def random_batch(cfg: GPTConfig, batch: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def validation_batch(ctx: Context, cfg: GPTConfig, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from gpt1.ids import load_ids, read_windows, validation_offsets
+    from gpt1.data.ids import load_ids, read_windows, validation_offsets
 
     folder = ctx.data("ids")
     ids = load_ids(folder / "validation.bin", folder / "validation.json")
@@ -88,7 +88,7 @@ def validation_batch(ctx: Context, cfg: GPTConfig, batch: int) -> tuple[torch.Te
 
 
 def logit_rows(ctx: Context) -> list[dict[str, Any]]:
-    from gpt1.checkpoints import load_pretrained
+    from gpt1.modeling.checkpoints import load_pretrained
 
     device = torch.device(ctx.device)
     cfg = TINY if ctx.tiny or not ctx.cuda else PAPER
@@ -110,7 +110,7 @@ def logit_rows(ctx: Context) -> list[dict[str, Any]]:
 
 
 def weight_delta(a: Path, b: Path) -> dict[str, Any]:
-    from gpt1.checkpoints import read_weights
+    from gpt1.modeling.checkpoints import read_weights
 
     wa, wb = read_weights(a)[0], read_weights(b)[0]
     deltas = {k: (wa[k].float() - wb[k].float()).abs().max().item() for k in wa}
@@ -119,7 +119,7 @@ def weight_delta(a: Path, b: Path) -> dict[str, Any]:
 
 
 def val_loss(out: Path) -> float:
-    from gpt1 import records
+    from gpt1.pipeline import records
 
     return records.read("pretrain_metrics", out / "metrics.json")["val_loss"]
 

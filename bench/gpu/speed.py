@@ -22,7 +22,7 @@ EXTRA_SECONDS = 150  # b+ starts only with this much of the budget left
 
 def gpu_profile(section: str) -> dict[str, Any]:
     """One section of params.yaml's gpu profile (what pre-training on a GPU trains with)."""
-    from gpt1.config import load_config
+    from gpt1.pipeline.config import load_config
 
     return load_config(REPO / "params.yaml", "gpu").section(section)
 

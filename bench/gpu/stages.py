@@ -6,7 +6,7 @@ the bundle's CPU-stage outputs (bench/gpu_bundle/data: tokenizer, ids, encoded t
 * fine-tuning through each of the four input transformations (sst2, rte, stsb, story_cloze), zero-shot scoring
   and the export to transformers, side by side;
 * every output verified as the pipeline verifies it: the declared files, sealed JSON and sha256 records (the
-  package's own readers: gpt1.checkpoints.load_pretrained, gpt1.records.read and gpt1.files.verify_file,
+  package's own readers: gpt1.modeling.checkpoints.load_pretrained, gpt1.pipeline.records.read and gpt1.pipeline.files.verify_file,
   gpt1.report.inputs' readers of fine-tuning and zero-shot outputs), finite metrics, the device each output says
   it was computed on; the export against ours; the MLflow runs every stage logged.
 """
@@ -37,8 +37,8 @@ def pretrain_args(ctx: Context, out: Path) -> list[str]:
 
 def kill_after_first_checkpoint(ctx: Context, out: Path) -> dict[str, Any]:
     """Start pre-training, SIGKILL it once its first resumable checkpoint is on disk; what the checkpoint holds."""
-    from gpt1 import layout
-    from gpt1.resume import LATEST
+    from gpt1.pipeline import layout
+    from gpt1.training.resume import LATEST
 
     child, log, tick = start(ctx, "pretrain-killed", pretrain_args(ctx, out))
     pointer, deadline = out / layout.RESUME / LATEST, time.monotonic() + FIRST_CHECKPOINT_S
@@ -64,7 +64,7 @@ def checkpoint_state(resume: Path) -> dict[str, Any]:
     """The step of the newest checkpoint and the CUDA generators its state holds (one per GPU)."""
     import torch
 
-    from gpt1.resume import read_pointer
+    from gpt1.training.resume import read_pointer
 
     pointer = read_pointer(resume)
     state = torch.load(resume / pointer["state"]["name"], map_location="cpu", weights_only=True)
@@ -89,8 +89,8 @@ def finite(value: Any) -> bool:
 def pretrain_files(out: Path, snapshots: int) -> set[Path]:
     """Every file a finished pre-training leaves in `out`, as the stage declares them: layout's files of the folder
     and its snapshots folder, `snapshots` weights files (checkpoints' names) and their index."""
-    from gpt1 import layout
-    from gpt1.checkpoints import snapshot_name
+    from gpt1.modeling.checkpoints import snapshot_name
+    from gpt1.pipeline import layout
 
     names = (layout.MODEL_WEIGHTS, layout.MODEL_JSON, layout.PRETRAIN_METRICS, layout.PRETRAIN_CURVES)
     snapshots_dir = out / layout.SNAPSHOTS
@@ -99,10 +99,10 @@ def pretrain_files(out: Path, snapshots: int) -> set[Path]:
 
 
 def verify_pretrain(out: Path, tokenizer: Path, snapshots: int) -> dict[str, Any]:
-    from gpt1 import records
-    from gpt1.checkpoints import iter_snapshots, load_pretrained
-    from gpt1.files import verify_file
-    from gpt1.tokenizer import GPT1Tokenizer
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.modeling.checkpoints import iter_snapshots, load_pretrained
+    from gpt1.pipeline import records
+    from gpt1.pipeline.files import verify_file
 
     files = {p for p in out.rglob("*") if p.is_file()}
     if files != pretrain_files(out, snapshots):
@@ -120,8 +120,8 @@ def verify_pretrain(out: Path, tokenizer: Path, snapshots: int) -> dict[str, Any
 
 
 def verify_finetune(out: Path, task: str) -> dict[str, Any]:
-    from gpt1 import records
-    from gpt1.files import verify_file
+    from gpt1.pipeline import records
+    from gpt1.pipeline.files import verify_file
     from gpt1.report.inputs import read_finetune_metrics, verified_predictions
 
     run = read_finetune_metrics(out / "metrics.json", task, "pretrained", 0)  # sealed, every field the tables read
@@ -136,8 +136,8 @@ def verify_finetune(out: Path, task: str) -> dict[str, Any]:
 
 
 def verify_zeroshot(out: Path) -> dict[str, Any]:
-    from gpt1 import records
-    from gpt1.files import verify_file
+    from gpt1.pipeline import records
+    from gpt1.pipeline.files import verify_file
     from gpt1.report.inputs import ZEROSHOT_FIELDS, read_csv_rows
 
     data = records.read("zeroshot", out / "zeroshot.json")
@@ -155,8 +155,8 @@ def verify_export(out: Path, pretrained: Path, device: str) -> dict[str, Any]:
     import torch
     from transformers import OpenAIGPTLMHeadModel
 
-    from gpt1.checkpoints import load_pretrained
-    from gpt1.hf import HF_EXPORT_FILES
+    from gpt1.modeling.checkpoints import load_pretrained
+    from gpt1.modeling.hf import HF_EXPORT_FILES
 
     missing = [name for name in HF_EXPORT_FILES if not (out / name).is_file()]
     if missing:
@@ -308,7 +308,7 @@ def markdown(data: dict[str, Any], rows: list[list[str]]) -> str:
                  f"{res['device']}"]]
     notes = [f"MLflow runs by stage: {ml['runs']}; registered model versions: {ml['registered_versions']}",
              f"pre-training's MLflow params: {ml['pretrain_params']} (fused AdamW follows the device: "
-             f"gpt1.pretrain.prepare; attention: SDPA under gpt1.runtime.attention_kernels, cuDNN first; "
+             f"gpt1.stages.pretrain.prepare; attention: SDPA under gpt1.training.runtime.attention_kernels, cuDNN first; "
              f"section b's profile names the kernel)"]
     head = ["stage", "transformation", "seconds", "status", "outputs"]
     return md_table(head, [*pretrain, *rows]) + "\n\n" + "\n".join(f"- {n}" for n in notes)

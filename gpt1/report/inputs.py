@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpt1 import layout, records
-from gpt1.errors import ReportError
-from gpt1.files import verify_file
-from gpt1.numerics import Numerics
-from gpt1.plan import Plan
-from gpt1.significance import read_predictions
-from gpt1.tasks import get_task
+from gpt1.data.tasks import get_task
+from gpt1.evaluation.significance import read_predictions
+from gpt1.pipeline import layout, records
+from gpt1.pipeline.errors import ReportError
+from gpt1.pipeline.files import verify_file
+from gpt1.pipeline.plan import Plan
+from gpt1.training.numerics import Numerics
 
 # Figure 2's lines as the paper draws them (labels; line styles per model): looked for even when params drops them.
 LAYER_TASKS = {"mnli": "MultiNLI", "race": "RACE"}
@@ -161,7 +161,7 @@ class Run:
     cut: str | None  # the training cut's description, e.g. "validation[0%:80%] (shuffled, seed 0)"
     subset: tuple[int, int] | None  # a capped training set: (examples trained on, labelled examples it had)
     setup: Setup  # the model and recipe the run used
-    numerics: str  # what it computed with (gpt1.numerics), in words: "unrecorded" for runs older than the record
+    numerics: str  # what it computed with (gpt1.training.numerics), in words: "unrecorded" for runs older than the record
 
 
 def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:
@@ -214,7 +214,7 @@ def _setup(data: dict[str, Any], path: Path) -> Setup:
 
 
 def read_finetune_metrics(path: Path, task: str, variant: str, seed: int) -> Run:
-    """Validate one finetune metrics.json (gpt1.finetuning.build_metrics) and keep what the tables need."""
+    """Validate one finetune metrics.json (gpt1.training.finetuning.build_metrics) and keep what the tables need."""
     data = records.read("finetune_metrics", path, ReportError)
     for key, kind, expected in (("task", "str", task), ("variant", "str", variant), ("seed", "int", seed)):
         found = checked_field(data, key, kind, path)

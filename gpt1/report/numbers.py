@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
-from gpt1.errors import ReportError
+from gpt1.pipeline.errors import ReportError
 
 
 def exact_decimal(value: float) -> Decimal:

@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
+from gpt1.evaluation.significance import RESAMPLES
 from gpt1.report.numbers import round_half_up
 from gpt1.report.tables import Column, Row, Table
-from gpt1.significance import RESAMPLES
 
 SIGNIFICANT = 0.05  # a paired test below it is bold
 TESTS_TITLE = (

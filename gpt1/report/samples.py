@@ -2,7 +2,7 @@
 
 The snapshots params.yaml's `samples` section picks (indices into pretrain/gpt/snapshots/index.json, negative ones
 from the last), in training order, each with the update it was taken at, the tokens seen and its validation loss;
-under each, every prompt of the section continued by gpt1.sampling with the section's length, temperature, top-k and
+under each, every prompt of the section continued by gpt1.evaluation.sampling with the section's length, temperature, top-k and
 seed: the text `gpt1 sample --model <snapshot> --seed <seed> ...` writes, and on the CPU of a pinned profile the same
 on every host. A snapshot index or tokenizer not there yet is said on the page (the pre-training's curves, read by
 the same report, count the gap).
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpt1 import layout
-from gpt1.errors import ReportError
+from gpt1.pipeline import layout
+from gpt1.pipeline.errors import ReportError
 from gpt1.report.inputs import Gap
 from gpt1.report.renderers import HTML_STYLE, html_page, md
 
@@ -56,7 +56,7 @@ class Samples:
     settings: Mapping[str, Any]  # params.yaml's samples section
     snapshots: list[Snapshot] = field(default_factory=list)
     missing: list[Gap] = field(default_factory=list)  # why there are none
-    numerics: str | None = None  # what the samples were computed with (gpt1.numerics)
+    numerics: str | None = None  # what the samples were computed with (gpt1.training.numerics)
     tokenizer: str = ""  # the tokenizer folder, as `gpt1 sample --tokenizer` takes it
 
 
@@ -83,10 +83,10 @@ def draw_samples(settings: Mapping[str, Any], pretrain_dir: Path, tokenizer_dir:
     if missing:
         return Samples(settings, missing=missing)
 
-    from gpt1.checkpoints import iter_snapshots, load_pretrained
-    from gpt1.numerics import in_effect, note_upstream
-    from gpt1.sampling import SampleSettings, check_pair, sample_text
-    from gpt1.tokenizer import GPT1Tokenizer
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.evaluation.sampling import SampleSettings, check_pair, sample_text
+    from gpt1.modeling.checkpoints import iter_snapshots, load_pretrained
+    from gpt1.training.numerics import in_effect, note_upstream
 
     draw = SampleSettings(settings["length"], settings["temperature"], settings["top_k"], settings["seed"])
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)

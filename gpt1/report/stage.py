@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt1 import layout
-from gpt1.errors import ReportError
-from gpt1.files import staged_outputs, write_json
-from gpt1.plan import Plan
+from gpt1.pipeline import layout
+from gpt1.pipeline.errors import ReportError
+from gpt1.pipeline.files import staged_outputs, write_json
+from gpt1.pipeline.plan import Plan
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
     ZEROSHOT_TASKS,
@@ -34,7 +34,7 @@ from gpt1.report.samples import Samples, draw_samples, no_samples
 from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
 
 PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
-PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.tracking.stage_run from GPT1_PIPELINE_RUN
+PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.pipeline.tracking.stage_run from GPT1_PIPELINE_RUN
 
 # ---------------------------------------------------------------------------------------------------- summary
 
@@ -192,7 +192,7 @@ def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> 
     `parent_run_id`, so that `mlflow ui` nests them under the report; returns the children's run ids."""
     from mlflow.tracking import MlflowClient
 
-    from gpt1.tracking import PIPELINE_RUN_ENV, StageRun, tracking_uri
+    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, StageRun, tracking_uri
 
     pipeline_run = pipeline_run if pipeline_run is not None else os.environ.get(PIPELINE_RUN_ENV)
     if not pipeline_run:
@@ -236,14 +236,14 @@ def report_params(cfg: Any, results_dir: Path, out_dir: Path, plan: Plan) -> dic
 
 def report_metrics(summary: Mapping[str, float]) -> dict[str, float]:
     """The report run's metrics: every number of the summary, and the curated few (those present) under the names
-    `dvc metrics show` gives them, the columns of `mlflow ui`'s saved view (gpt1.tracking.VIEW_METRICS)."""
+    `dvc metrics show` gives them, the columns of `mlflow ui`'s saved view (gpt1.pipeline.tracking.VIEW_METRICS)."""
     curated = {name: value for name, value in curated_metrics(summary).items() if value is not None}
     return {**summary, **curated}
 
 
 def report_run_name() -> str:
     """"report <pipeline id>" ($GPT1_PIPELINE_RUN): which pipeline's report, and parent, a row of the runs is."""
-    from gpt1.tracking import PIPELINE_RUN_ENV
+    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV
 
     pipeline = os.environ.get(PIPELINE_RUN_ENV)
     return f"report {pipeline}" if pipeline else "report"
@@ -253,7 +253,7 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV, HTML), summary.json, the page of samples and the figures under
     OUT, written together; one MLflow run holding them as artifacts, made the parent of this pipeline invocation's
     runs."""
-    from gpt1.tracking import stage_run, ui_url
+    from gpt1.pipeline.tracking import stage_run, ui_url
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     plan = Plan.from_params(cfg.root)

@@ -1,4 +1,4 @@
-"""The table model: the paper's Tables 2-5 (gpt1/paper.yaml, its only source) with our rows beside them.
+"""The table model: the paper's Tables 2-5 (gpt1/report/paper.yaml, its only source) with our rows beside them.
 
 Rules the tables follow:
 * A missing input is an explained gap: "—" plus a footnote naming the file and why it is missing.
@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gpt1 import layout
-from gpt1.errors import ReportError
-from gpt1.metrics import GLUE_COMPONENTS, glue_average
-from gpt1.plan import Plan
+from gpt1.data.tasks import TASKS, TaskSpec
+from gpt1.evaluation.metrics import GLUE_COMPONENTS, glue_average
+from gpt1.evaluation.significance import RESAMPLES, PairedTest, column_test, report_se
+from gpt1.pipeline import layout
+from gpt1.pipeline.errors import ReportError
+from gpt1.pipeline.plan import Plan
 from gpt1.report.inputs import (
     RECIPE_KEYS,
     SHAPE_KEYS,
@@ -39,10 +41,8 @@ from gpt1.report.inputs import (
     verified_predictions,
 )
 from gpt1.report.numbers import difference, exact_decimal, mean_sd, mean_se, paper_average, round_half_up
-from gpt1.significance import RESAMPLES, PairedTest, column_test, report_se
-from gpt1.tasks import TASKS, TaskSpec
 
-PAPER_FILE = Path(__file__).parents[1] / "paper.yaml"
+PAPER_FILE = Path(__file__).with_name("paper.yaml")
 GAP = "—"  # our cell when its input is missing; the paper's own blanks stay empty
 
 # Our rows of Tables 2-4, and the Table 5 variant of each paper row (paper.yaml names the variant per row).
@@ -118,7 +118,7 @@ def make_columns(table: str, spec: Mapping[str, Any]) -> list[Column]:
         else:
             raise ReportError(
                 f"{PAPER_FILE}: key 'tables.{table}.columns' names {key!r}, which is not a report of "
-                f"gpt1/tasks.py (valid: {', '.join(PAPER_NUMBERS)}, {', '.join(COMPUTED_COLUMNS)})"
+                f"gpt1/data/tasks.py (valid: {', '.join(PAPER_NUMBERS)}, {', '.join(COMPUTED_COLUMNS)})"
             )
     if spec.get("average"):
         columns.append(Column(spec["average"], "Avg", None))

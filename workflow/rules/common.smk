@@ -7,17 +7,17 @@ import yaml
 from snakemake.settings.types import DeploymentMethod
 
 sys.path.insert(0, str(Path(workflow.basedir).parent))  # the gpt1 package, importable without installing
-from gpt1 import layout  # noqa: E402
-from gpt1.codedeps import stage_code  # noqa: E402
-from gpt1.plan import Plan  # noqa: E402
-from gpt1.rerun import resolve as resolve_settings  # noqa: E402
-from gpt1.config import (
+from gpt1.pipeline import layout  # noqa: E402
+from gpt1.pipeline.codedeps import stage_code  # noqa: E402
+from gpt1.pipeline.plan import Plan  # noqa: E402
+from gpt1.pipeline.rerun import resolve as resolve_settings  # noqa: E402
+from gpt1.pipeline.config import (
     LAYER_TRANSFER_TASKS,
     makes_its_own_data,
     validate as validate_params,
     yaml12_floats,
 )  # noqa: E402
-from gpt1.errors import ConfigError  # noqa: E402
+from gpt1.pipeline.errors import ConfigError  # noqa: E402
 
 # `configfile:` reads YAML 1.1, where `lr: 1e-3` is the string '1e-3'; params.yaml means YAML 1.2 (as DVC and the
 # gpt1 CLI read it). Then the same checks and one-line messages as the CLI: ../schemas/params.schema.yaml and the
@@ -77,18 +77,18 @@ def data_mirror():
 
 
 def settings(stage):
-    """The values of the settings whose change must rerun `stage` (gpt1.rerun, the table dvc.yaml's `params:` follow
+    """The values of the settings whose change must rerun `stage` (gpt1.pipeline.rerun, the table dvc.yaml's `params:` follow
     too): one param of its rule, so that Snakemake replans the job when one changes."""
     return resolve_settings(stage, config, PROFILE, data_mirror())
 
 
 def out(*parts):
-    """A path under results/<profile>/ (the parts: gpt1.layout's names)."""
+    """A path under results/<profile>/ (the parts: gpt1.pipeline.layout's names)."""
     return os.path.join(layout.profile_dir(PROFILE), *parts)
 
 
 def outs(paths):
-    """gpt1.layout's paths (relative to results/<profile>/) under results/<profile>/."""
+    """gpt1.pipeline.layout's paths (relative to results/<profile>/) under results/<profile>/."""
     return [out(path) for path in paths]
 
 
@@ -97,7 +97,7 @@ def log_file(name):
 
 
 def code(command):
-    """The package files `gpt1 <command>` may run, derived from its imports (gpt1.codedeps): a change to any of
+    """The package files `gpt1 <command>` may run, derived from its imports (gpt1.pipeline.codedeps): a change to any of
     them reruns the rule. dvc.yaml lists the same files (tools/dvc_code_deps.py --write; tests/test_codedeps.py)."""
     return stage_code(command)
 
@@ -126,7 +126,7 @@ def pretrain_outputs():
     return [path for model in PRETRAINED for path in outs(layout.pretrain_outputs(model))]
 
 
-# The fan-out: gpt1.plan builds it once for the rules, the report and the tests.
+# The fan-out: gpt1.pipeline.plan builds it once for the rules, the report and the tests.
 PLAN = Plan.from_params(config)
 
 

@@ -6,7 +6,7 @@ FIGURES = layout.REPORT_FIGURES
 
 rule report:
     input:
-        code=code("report"),  # gpt1/paper.yaml among them
+        code=code("report"),  # gpt1/report/paper.yaml among them
         # metrics for the cells; predictions for Table 5's paired tests
         finetune=[f for f in finetune_outputs() if f.endswith((layout.FINETUNE_METRICS, layout.PREDICTIONS))],
         analyses=analysis_outputs(),

@@ -1,0 +1,181 @@
+"""Small file helpers every stage uses: atomic outputs, JSON and JSON-lines, hashes."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from gpt1.pipeline.errors import Gpt1Error
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+@contextlib.contextmanager
+def staged_outputs(*paths: str | Path) -> Iterator[list[Path]]:
+    """Yield temporary paths for `paths`; rename them into place only if the block finishes.
+
+    A killed or failing stage leaves nothing that looks finished, and no partial file behind.
+    """
+    finals = [Path(p) for p in paths]
+    temps = [temp_path(p) for p in finals]
+    for final in finals:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield temps
+    except BaseException:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
+        raise
+    for temp, final in zip(temps, finals, strict=True):
+        if not temp.exists():
+            raise FileNotFoundError(f"stage did not write its declared output {final}")
+    for temp, final in zip(temps, finals, strict=True):
+        os.replace(temp, final)
+
+
+# Timings differ from run to run: they go to MLflow and the logs, never into files whose bytes must reproduce.
+TIMING_KEYS = frozenset({"wall_seconds", "train_seconds", "device_seconds", "tokens_per_second"})
+
+
+def without_timings(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in metrics.items() if key not in TIMING_KEYS}
+
+
+def write_json(path: Path, data: Any, *, sort_keys: bool = True) -> None:
+    """The project's one JSON file format: indented by 2, keys sorted unless the order says something."""
+    path.write_text(json.dumps(data, indent=2, sort_keys=sort_keys) + "\n")
+
+
+def write_csv(path: Path, fields: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+    """The project's one CSV file format: a header row, then the rows (the csv module's dialect)."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(fields))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out.update(_flat(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def first_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first (sorted) dotted key where two JSON objects differ, with the old and the new value; None if equal.
+    Errors name one setting instead of printing two whole objects."""
+    a, b = _flat(old), _flat(new)
+    for key in sorted(a.keys() | b.keys()):
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            return key, a.get(key, "<absent>"), b.get(key, "<absent>")
+    return None
+
+
+def write_jsonl_line(handle: IO[str], record: dict[str, Any]) -> int:
+    """Write one record; return the bytes written."""
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    handle.write(line)
+    return len(line.encode())
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                message = f"{path}:{number}: not a JSON line ({err.msg}); re-run the stage that wrote it"
+                raise Gpt1Error(message) from err
+
+
+def sha256_file(path: str | Path, block: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def require_files(producer: str, *paths: str | Path) -> None:
+    """Fail before any work if an input is missing, naming the file and the stage that makes it."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise Gpt1Error(f"{path}: missing; run the {producer} stage (gpt1 {producer}) first")
+
+
+def file_record(path: str | Path) -> dict[str, Any]:
+    """What a stage records of a file it wrote, so the stage that reads it can verify it: size and sha256."""
+    return {"bytes": Path(path).stat().st_size, "sha256": sha256_file(path)}
+
+
+def verify_file(path: str | Path, record: dict[str, Any], producer: str, where: str | Path, fix: str | None = None,
+                error: type[Gpt1Error] = Gpt1Error) -> None:
+    """Refuse `path` (raising `error`) unless it has the size and sha256 of `record` (written by `producer` into
+    `where`), before any expensive work: a changed, truncated or corrupt input is named with its `fix`, by default
+    the stage that makes it again."""
+    path = Path(path)
+    fix = fix or f"re-run the {producer} stage (gpt1 {producer})"
+    if not path.is_file():
+        raise error(f"{path}: missing; {fix}")
+    if not isinstance(record, dict) or not {"bytes", "sha256"} <= record.keys():
+        raise error(f"{where}: records no size and sha256 for {path.name}; {fix}")
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        raise error(f"{path}: {size} bytes, but {where} records {record['bytes']}; the file was changed or "
+                    f"truncated, {fix}")
+    if sha256_file(path) != record["sha256"]:
+        raise error(f"{path}: sha256 differs from the one {where} records; the file was changed or is corrupt, "
+                    f"{fix}")
+
+
+# A JSON object that carries the sha256 of its own content (canonical form, without this key): a reader can tell a
+# changed or corrupt file from a good one without a second file beside it.
+SEAL_KEY = "content_sha256"
+
+
+def _content_sha256(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def write_sealed_json(path: Path, data: dict[str, Any]) -> None:
+    write_json(path, {**data, SEAL_KEY: _content_sha256(data)})
+
+
+def read_sealed_json(path: str | Path, producer: str, error: type[Gpt1Error] = Gpt1Error) -> dict[str, Any]:
+    """A sealed JSON object, after checking its content against its sha256; errors (of class `error`) name the
+    file and the stage that writes it."""
+    path = Path(path)
+    fix = f"re-run the {producer} stage (gpt1 {producer})"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise error(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); {fix}") from err
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not UTF-8 text; {fix}") from err
+    if not isinstance(data, dict):
+        raise error(f"{path}: key '<top level>' is a {type(data).__name__}, expected an object; {fix}")
+    seal = data.pop(SEAL_KEY, None)
+    if seal is None:
+        raise error(f"{path}: no {SEAL_KEY} recorded (written by an older version?); {fix}")
+    if seal != _content_sha256(data):
+        raise error(f"{path}: content differs from its recorded {SEAL_KEY}; the file was changed or is corrupt, "
+                    f"{fix}")
+    return data

@@ -1,0 +1,232 @@
+"""The zero-shot stage (`gpt1 zeroshot`, the paper's §5, Figure 2 right): the four heuristics of `gpt1.evaluation.probes` on
+every pre-training snapshot of a model and its final weights, on the profile's task data (`zeroshot` settings,
+params.yaml's zeroshot_reference); zeroshot.json and zeroshot.csv written together, each point's metrics to MLflow
+(x axis: the snapshot's update count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpt1.data.rows import LoadedSplit, evaluation_split, load_examples, mirror_splits
+from gpt1.data.tasks import get_task
+from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.evaluation.probes import (
+    HEURISTICS,
+    METRICS,
+    TASK_ORDER,
+    ChoiceProbe,
+    ColaProbe,
+    Sst2Probe,
+    TaskData,
+    cola_probe,
+    count_truncated,
+    dprd_probe,
+    race_probe,
+    score_point,
+    sst2_calibrated_probe,
+    task_result,
+)
+from gpt1.evaluation.significance import RESAMPLES
+from gpt1.modeling.checkpoints import iter_snapshots, load_pretrained
+from gpt1.pipeline import layout, records
+from gpt1.pipeline.errors import ZeroshotError
+from gpt1.pipeline.files import file_record, read_json, require_files, staged_outputs, write_csv
+from gpt1.training.numerics import in_effect, note_upstream
+from gpt1.training.runtime import default_device
+
+CSV_FIELDS = ("model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One model along pre-training: a snapshot, or the final weights."""
+
+    index: int | None  # the snapshot's index; None for the final model
+    step: int
+    tokens: int
+    val_loss: float | None
+    weights: Path
+
+
+def _split_of(name: str, present: list[str] | None) -> str:
+    spec = get_task(name)
+    report = next(r for r in spec.reports if not r.configs)  # the whole task (RACE: middle and high together)
+    return evaluation_split(spec, report, present)
+
+
+def _load(cfg: Any, name: str, split: str) -> LoadedSplit:
+    settings = cfg.section("zeroshot")
+    synthetic = cfg.synthetic
+    return load_examples(name, split, None if synthetic else cfg.data_mirror, max_examples=settings["max_examples"],
+                         synthetic=synthetic, seed=settings["seed"])
+
+
+def _present(cfg: Any, name: str) -> list[str] | None:
+    """Splits that exist where the data comes from (None: the hub or synthetic data, which have them all)."""
+    mirror = cfg.data_mirror
+    if cfg.synthetic or mirror is None:
+        return None
+    return mirror_splits(get_task(name), mirror)
+
+
+def prepare_task(cfg: Any, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -> TaskData:
+    split = _split_of(name, _present(cfg, name))
+    loaded = _load(cfg, name, split)
+    info: dict[str, Any] = {"split": split, "examples": len(loaded.examples), "data": loaded.describe(),
+                            "heuristic": HEURISTICS[name]}
+    if name in ("cola", "sst2"):  # a threshold (CoLA) or an offset (SST-2) chosen on the train split
+        fit_split = get_task(name).train
+        fit = _load(cfg, name, fit_split)
+        make = cola_probe if name == "cola" else sst2_calibrated_probe
+        probe: ChoiceProbe | ColaProbe | Sst2Probe = make(tokenizer, fit.examples, loaded.examples)
+        info.update(threshold_split=fit_split, threshold_examples=len(fit.examples), threshold_data=fit.describe())
+    else:
+        probe = {"race": race_probe, "dprd": dprd_probe}[name](tokenizer, loaded.examples)
+    if name == "dprd":
+        info["note"] = f"DPR has no training here, so its {split!r} split is a legitimate evaluation split"
+    info["truncated_rows"] = count_truncated(probe, n_ctx)
+    return TaskData(name, probe, split, info)
+
+
+def check_inputs(model_dir: Path, tokenizer: GPT1Tokenizer) -> dict[str, Any]:
+    """Fail before any work: the pretrain outputs must be there and made with this tokenizer. Returns model.json."""
+    require_files("pretrain", model_dir / layout.SNAPSHOTS / layout.SNAPSHOT_INDEX, model_dir / layout.MODEL_JSON,
+                  model_dir / layout.MODEL_WEIGHTS)
+    meta = read_json(model_dir / layout.MODEL_JSON)
+    if not isinstance(meta, dict) or not {"kind", "config", "step", "tokens"} <= meta.keys():
+        raise ZeroshotError(f"{model_dir / layout.MODEL_JSON}: not the model.json gpt1 pretrain writes (kind, config, "
+                            f"step, tokens); re-run gpt1 pretrain")
+    _check_snapshot_index(model_dir / layout.SNAPSHOTS / layout.SNAPSHOT_INDEX)
+    if meta.get("tokenizer_sha256") != tokenizer.fingerprint():
+        raise ZeroshotError(
+            f"{model_dir / layout.MODEL_JSON}: tokenizer_sha256 {meta.get('tokenizer_sha256')} differs from the "
+            f"tokenizer's {tokenizer.fingerprint()}; pass the tokenizer the model was pre-trained with, or re-run gpt1 "
+            f"pretrain"
+        )
+    return meta
+
+
+def _check_snapshot_index(path: Path) -> None:
+    """A list of at least one {index, step, tokens}: anything else would score the final model alone, silently."""
+    entries = read_json(path)
+    keys = {"index", "step", "tokens"}
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and keys <= e.keys()
+                                                               for e in entries):
+        raise ZeroshotError(f"{path}: not a list of snapshots with index, step and tokens; re-run gpt1 pretrain")
+
+
+def check_references(references: dict[str, Any]) -> dict[str, Any]:
+    """zeroshot_reference of every task, its metric the one the heuristic yields (the normalisation needs both)."""
+    for name in TASK_ORDER:
+        if name not in references:
+            raise ZeroshotError(f"zeroshot_reference.{name}: missing; valid tasks: {', '.join(TASK_ORDER)}")
+        if references[name]["metric"] != METRICS[name]:
+            raise ZeroshotError(f"zeroshot_reference.{name}.metric: {references[name]['metric']!r}, but the "
+                                f"{name} heuristic yields {METRICS[name]!r}")
+    return {name: references[name] for name in TASK_ORDER}
+
+
+def list_points(model_dir: Path, meta: dict[str, Any]) -> list[Point]:
+    """Every kept snapshot in order, then the final model if it is not the last snapshot already."""
+    points = [Point(e["index"], int(e["step"]), int(e["tokens"]), e.get("val_loss"), path)
+              for e, path in iter_snapshots(model_dir)]
+    require_files("pretrain", *(p.weights for p in points))
+    if not points or points[-1].step != meta["step"]:
+        points.append(Point(None, int(meta["step"]), int(meta["tokens"]), None, model_dir / layout.MODEL_WEIGHTS))
+    return points
+
+
+def load_point(point: Point, tokenizer_sha256: str, device: torch.device) -> nn.Module:
+    model, meta = load_pretrained(point.weights)
+    if meta.get("tokenizer_sha256") not in (None, tokenizer_sha256):
+        raise ZeroshotError(f"{point.weights}: made with tokenizer {meta['tokenizer_sha256']}, not {tokenizer_sha256}")
+    return model.to(device).eval()
+
+
+def _csv_rows(kind: str, entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"model": kind, "step": e["step"], "task": task, **{key: r[key] for key in CSV_FIELDS[3:]}}
+            for e in entries for task, r in e["tasks"].items()]
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    write_csv(path, CSV_FIELDS, rows)
+
+
+def _mlflow_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    out = {}
+    for task, r in results.items():
+        out[f"{task}_{r['metric']}"] = r["raw"]
+        out[f"{task}_{r['metric']}_se"] = r["se"]
+        out[f"{task}_normalised"] = r["normalised"]
+    return out
+
+
+def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """`gpt1 zeroshot`: the four heuristics on every snapshot of MODEL_DIR (and its final model); writes
+    OUT/zeroshot.json and OUT/zeroshot.csv together, logs an MLflow run (x axis: the snapshot's update count)."""
+    from tqdm import tqdm
+
+    from gpt1.pipeline.tracking import stage_run
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    tokenizer = GPT1Tokenizer.load(tokenizer_dir)
+    meta = check_inputs(model_dir, tokenizer)
+    points = list_points(model_dir, meta)
+    references = check_references(cfg.root["zeroshot_reference"])
+    n_ctx = int(meta["config"]["n_ctx"])
+    tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
+    device = default_device()  # the snapshots are scored where fine-tuning would run
+    numerics = in_effect(device.type)
+    note_upstream(numerics, meta.get("numerics"), str(model_dir))
+    kind = meta["kind"]
+    params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
+              "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
+
+    with stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"zeroshot {kind}") as run:
+        run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
+        entries, first = [], None
+        with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
+            for point in points:
+                model = load_point(point, tokenizer.fingerprint(), device)
+                scored = score_point(model, tasks, bar)
+                results = {t.name: task_result(t, references[t.name], scored[t.name],
+                                               None if first is None else first[t.name]) for t in tasks}
+                first = scored if first is None else first
+                entries.append({"index": point.index, "step": point.step, "tokens": point.tokens,
+                                "val_loss": point.val_loss, "final": point.index is None,
+                                "weights": str(point.weights), "tasks": results})
+                run.log_metrics(_mlflow_metrics(results), step=point.step)
+        report = {
+            "model_kind": kind, "model_dir": str(model_dir), "profile": cfg.profile, "n_ctx": n_ctx,
+            "tokenizer_sha256": tokenizer.fingerprint(), "zeroshot": cfg.section("zeroshot"),
+            "references": references, "tasks": {t.name: t.info for t in tasks}, "snapshots": entries,
+            "numerics": numerics.to_json(),
+            "notes": [
+                "No fine-tuning: the pre-trained language model alone, with no special tokens (the LM never saw them).",
+                "CoLA: the threshold is chosen separately for every snapshot on a seeded subset of the train split "
+                f"(maximising MCC there), never on the reported split; MCC is reported on {tasks[0].split!r}.",
+                "SST-2: likewise the offset between the two words' log-probabilities (maximising accuracy on train); "
+                "'uncalibrated' is the paper's rule (offset 0), biased when one word has more BPE tokens.",
+                "normalised = (raw - random) / (sota - random) with `references` (the paper's Figure 2 scale).",
+                f"se: the bootstrap standard error over the evaluated examples ({RESAMPLES} resamples; the noise of "
+                "the examples, for one pre-trained model); p_vs_first: the paired bootstrap p-value of a point "
+                "against the first on the same examples (beyond one standard error is about p < 0.32, two p < 0.05).",
+                "The final model is the last entry (final: true) only when its step differs from the last snapshot's.",
+            ],
+        }
+        with staged_outputs(out_dir / layout.ZEROSHOT_JSON, out_dir / layout.ZEROSHOT_CSV) as (json_tmp, csv_tmp):
+            _write_csv(csv_tmp, _csv_rows(kind, entries))
+            records.write("zeroshot", json_tmp, {**report, "files": {layout.ZEROSHOT_CSV: file_record(csv_tmp)}})
+        run.log_artifact(out_dir / layout.ZEROSHOT_JSON)
+        run.log_artifact(out_dir / layout.ZEROSHOT_CSV)
+    return report
+
+
+__all__ = ["CSV_FIELDS", "check_inputs", "check_references", "list_points", "prepare_task", "zeroshot_stage"]
