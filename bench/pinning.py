@@ -1,13 +1,13 @@
-"""What the pinned mode costs (gpt1.training.numerics), and which matrix-product kernels it should use: seconds per training
-update at the default profile's shapes for each candidate, against the pinned mode before products left MKL.
+"""What the pinned mode costs (gpt1.training.numerics), and which matrix-product kernels it should use: seconds per
+training update at the default profile's shapes for each candidate, against the pinned mode before products left MKL.
 
     .venv/bin/python -m bench.pinning [--rounds 3] [--steps 6] [--threads 1] [--arms a,b,...]
 
-Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.training.cpu_matmul, the mode now); the
-same pins with the products left to MKL on its AVX2 branch (the mode until 2026-11-27, the baseline: on AMD MKL
+Arms: the pinned mode with its products through numpy's OpenBLAS at Haswell (gpt1.training.cpu_matmul, the mode now);
+the same pins with the products left to MKL on its AVX2 branch (the mode until 2026-11-27, the baseline: on AMD MKL
 ignores that branch), or on its COMPATIBLE branch (the one every vendor takes); unpinned fp32 and bf16 (the host's
-own kernels); pinned bf16 (refused by gpt1.pipeline.config, measured to say why). Each arm runs in a process of its own (the
-pins are read when torch loads), and the arms are interleaved A B C D A B C D ... so that the machine's drift hits
+own kernels); pinned bf16 (refused by gpt1.pipeline.config, measured to say why). Each arm runs in a process of its own
+(the pins are read when torch loads), and the arms are interleaved A B C D A B C D ... so that the machine's drift hits
 them alike; the table gives each arm's median seconds per update and its ratio to the baseline, measured in the same
 run. Workloads: the GPT's pre-training update (4 x 256, context 128, batch 8, 8,400-token vocabulary), the LSTM's
 (512 units, batch 32) and a fine-tuning-sized GPT update (batch 16 of 64 tokens), each forward + backward + AdamW,

@@ -8,9 +8,9 @@ CPU (default: the default profile's model, n_layer 4, n_embd 256, n_head 4, n_ct
 
 CUDA (default: the paper's model, n_ctx 512, batch 64, vocab 40478):
     python -m bench.train_step --device cuda
-  bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.stages.pretrain trains; ours compiled and eager vs HF eager.
-  Reports tokens/s, MFU = (6N + 6 n_layer n_ctx n_embd) FLOPs per token x tokens/s over a MEASURED bf16 matmul peak
-  (the table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note
+  bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.stages.pretrain trains; ours compiled and eager vs HF
+  eager. Reports tokens/s, MFU = (6N + 6 n_layer n_ctx n_embd) FLOPs per token x tokens/s over a MEASURED bf16 matmul
+  peak (the table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note
   below the table), and peak memory. Extra variants: hf-compile (HF under torch.compile) and ours-pad64 (ours
   compiled with the vocabulary padded to a multiple of 64 for the matrix units; a speed measurement only: the
   padding's logits are not masked here, and MFU counts the real vocabulary's FLOPs).

@@ -109,7 +109,8 @@ def first_point(run: str, names: Any) -> str:
 
 def table(runs: list[str], results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Markdown: per task the first point (one per run when the runs start from different weights), each run's
-    final point, and final minus first (p); then the count. `results`: point -> task -> gpt1.evaluation.probes.task_result."""
+    final point, and final minus first (p); then the count. `results`: point -> task ->
+    gpt1.evaluation.probes.task_result."""
     def first(run: str) -> dict[str, Any]:
         return results[first_point(run, results)]
 

@@ -17,8 +17,8 @@ from gpt1.training.numerics import PINNED_ENV
 # in the stderr that tests read. Set here, it holds whatever the order of the test files, for every test of the
 # session and for the pipelines they start (their logs then hold no progress bars).
 os.environ.setdefault("TQDM_DISABLE", "1")
-# The kernels of the pinned profiles (gpt1.training.numerics), set before anything imports torch: the tests that run stages
-# in this process compute as the `gpt1` children do, on whatever host the suite runs.
+# The kernels of the pinned profiles (gpt1.training.numerics), set before anything imports torch: the tests that run
+# stages in this process compute as the `gpt1` children do, on whatever host the suite runs.
 os.environ.update(PINNED_ENV)
 
 REPO = Path(__file__).resolve().parents[1]

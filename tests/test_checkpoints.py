@@ -1,5 +1,5 @@
-"""gpt1.modeling.checkpoints: configs to and from JSON, canonical safetensors bytes, verified loading, snapshots, and the
-import graph around it (checkpoints and hf never import the pretrain stage)."""
+"""gpt1.modeling.checkpoints: configs to and from JSON, canonical safetensors bytes, verified loading, snapshots, and
+the import graph around it (checkpoints and hf never import the pretrain stage)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,8 @@ def test_model_json_that_disagrees_with_the_weights_is_named(finished_copy: Path
 
 def test_weights_files_are_the_same_bytes_in_every_process(tmp_path: Path) -> None:
     """safetensors writes its metadata from a hash map; save_weights writes a canonical header."""
-    code = ("import sys, torch; from gpt1.modeling.model import GPT, GPTConfig; from gpt1.modeling.checkpoints import save_weights; "
+    code = ("import sys, torch; from gpt1.modeling.model import GPT, GPTConfig; "
+            "from gpt1.modeling.checkpoints import save_weights; "
             "torch.manual_seed(0); save_weights(GPT(GPTConfig(vocab_size=50, n_ctx=8, n_embd=16, n_layer=1, "
             "n_head=2)), sys.argv[1], {'kind': 'gpt', 'step': '3', 'tokens': '9', 'config': '{}', 'z': 'a'})")
     files = [tmp_path / f"{i}.safetensors" for i in range(3)]
@@ -187,8 +188,10 @@ def test_library_modules_import_no_stage_no_mlflow_and_no_config() -> None:
 
 
 def test_importing_hf_or_checkpoints_loads_no_stage() -> None:
-    code = ("import sys, gpt1.modeling.checkpoints; assert 'gpt1.modeling.hf' not in sys.modules; import gpt1.modeling.hf, gpt1.training.resume, "
-            "gpt1.training.runtime; stages = {'gpt1.stages.pretrain', 'gpt1.stages.finetune', 'gpt1.stages.zeroshot', 'gpt1.pipeline.tracking'}; "
+    code = ("import sys, gpt1.modeling.checkpoints; assert 'gpt1.modeling.hf' not in sys.modules; "
+            "import gpt1.modeling.hf, gpt1.training.resume, gpt1.training.runtime; "
+            "stages = {'gpt1.stages.pretrain', 'gpt1.stages.finetune', 'gpt1.stages.zeroshot', "
+            "'gpt1.pipeline.tracking'}; "
             "print(sorted(stages & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,5 +1,6 @@
-"""Each stage's code inputs are derived from the package's imports (gpt1.pipeline.codedeps), and both engines declare exactly
-them: Snakemake computes them (common.smk's `code()`), dvc.yaml lists them (tools/dvc_code_deps.py writes them)."""
+"""Each stage's code inputs are derived from the package's imports (gpt1.pipeline.codedeps), and both engines declare
+exactly them: Snakemake computes them (common.smk's `code()`), dvc.yaml lists them (tools/dvc_code_deps.py writes
+them)."""
 
 from __future__ import annotations
 
@@ -149,10 +150,10 @@ def test_tool_check_and_write_keep_the_rest_of_dvc_yaml(tmp_path):
 
 
 def test_editing_the_tokenizer_reruns_bpe_but_not_fetch_or_clean_in_both_engines(tmp_path):
-    """gpt1/data/tokenizer.py holds the tokenizer only (the text standardisation is gpt1/data/textnorm.py, the pool helper
-    gpt1/data/pool.py): it is a code input of bpe and not of fetch or clean, in dvc.yaml and in Snakemake, which plans bpe
-    again once tokenizer.py is newer than its outputs and leaves the corpus alone (a dry run over stand-in files:
-    nothing runs)."""
+    """gpt1/data/tokenizer.py holds the tokenizer only (the text standardisation is gpt1/data/textnorm.py, the pool
+    helper gpt1/data/pool.py): it is a code input of bpe and not of fetch or clean, in dvc.yaml and in Snakemake, which
+    plans bpe again once tokenizer.py is newer than its outputs and leaves the corpus alone (a dry run over stand-in
+    files: nothing runs)."""
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     for stage in ("fetch", "clean"):
         assert "gpt1/data/tokenizer.py" not in stage_code(stage) and "gpt1/data/tokenizer.py" not in dvc[stage]["deps"]

@@ -164,9 +164,9 @@ def test_a_bad_length_group_names_its_key():
 
 
 def test_the_schemas_task_lists_are_the_codes():
-    """params.schema.yaml spells each task list out once, in $defs (the data stages load params without gpt1.data.tasks);
-    they are the fine-tuning tasks (gpt1.data.tasks) and Table 5's GLUE tasks (gpt1.evaluation.metrics), and no other enum names a
-    task."""
+    """params.schema.yaml spells each task list out once, in $defs (the data stages load params without
+    gpt1.data.tasks); they are the fine-tuning tasks (gpt1.data.tasks) and Table 5's GLUE tasks
+    (gpt1.evaluation.metrics), and no other enum names a task."""
     from gpt1.data.tasks import FINETUNE_TASKS
     from gpt1.evaluation.metrics import GLUE_COMPONENTS
     from gpt1.pipeline.config import SCHEMA_PATH

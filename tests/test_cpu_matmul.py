@@ -1,5 +1,5 @@
-"""The pinned mode's matrix products (gpt1.training.cpu_matmul): torch's results (to rounding), every product of a training
-step routed (none left to MKL, whose kernels depend on the vendor), the others refused by name, and the probe's
+"""The pinned mode's matrix products (gpt1.training.cpu_matmul): torch's results (to rounding), every product of a
+training step routed (none left to MKL, whose kernels depend on the vendor), the others refused by name, and the probe's
 hashes of the pinned mode as committed: a kernel whose choice depends on the host fails here, by name, on any host.
 """
 

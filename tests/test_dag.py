@@ -84,8 +84,8 @@ def producers(deps: set[str], stages: dict[str, dict]) -> set[str]:
 
 
 def layout_outputs(profile: str) -> dict[str, set[str]]:
-    """Every stage's outputs as gpt1.pipeline.layout names them, for params.yaml's fan-out lists, by dvc.yaml's stage names
-    (foreach: name@item; matrix: name@value1-value2 in the matrix's key order)."""
+    """Every stage's outputs as gpt1.pipeline.layout names them, for params.yaml's fan-out lists, by dvc.yaml's stage
+    names (foreach: name@item; matrix: name@value1-value2 in the matrix's key order)."""
     plan = Plan.from_params(yaml.safe_load((REPO / "params.yaml").read_text()))
     runs = plan.finetune_runs()
     fanout = {
@@ -149,9 +149,9 @@ def test_snakemake_and_dvc_declare_the_same_graph(tmp_path, profile):
 
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_both_engines_rerun_on_the_settings_gpt1_rerun_declares(tmp_path, profile):
-    """gpt1.pipeline.rerun's table is the one declaration of which settings rerun which stage: every dvc.yaml stage lists
-    exactly its keys in `params:`, and every Snakemake job carries exactly their values (its `settings` param), the
-    data mirror resolved as the stages resolve it (none for a profile that makes its own data)."""
+    """gpt1.pipeline.rerun's table is the one declaration of which settings rerun which stage: every dvc.yaml stage
+    lists exactly its keys in `params:`, and every Snakemake job carries exactly their values (its `settings` param),
+    the data mirror resolved as the stages resolve it (none for a profile that makes its own data)."""
     root = workspace(tmp_path, profile)
     snake, dvc = snakemake_stages(root, profile), dvc_stages(root)
     params = yaml.safe_load((root / "params.yaml").read_text())

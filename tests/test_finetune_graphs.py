@@ -1,6 +1,6 @@
-"""The CUDA fast path of fine-tuning (gpt1.training.finetuning.GraphedUpdates) where a CPU can check it: the bucket lengths,
-collation to a bucket, the static-shape loss against the eager one, the switch (a CPU keeps the eager loop unless
-forced; tests/test_finetune.py's digests keep its bits), the forced loop on a CPU through dynamo, and section e2
+"""The CUDA fast path of fine-tuning (gpt1.training.finetuning.GraphedUpdates) where a CPU can check it: the bucket
+lengths, collation to a bucket, the static-shape loss against the eager one, the switch (a CPU keeps the eager loop
+unless forced; tests/test_finetune.py's digests keep its bits), the forced loop on a CPU through dynamo, and section e2
 of bench/gpu_check.py (`run_graphs`) rehearsed as its `section` command runs it."""
 
 from __future__ import annotations

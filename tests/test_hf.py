@@ -1,4 +1,5 @@
-"""gpt1.modeling.hf: our GPT <-> transformers' OpenAIGPTLMHeadModel compute identical logits. CPU, fp32, nothing downloaded."""
+"""gpt1.modeling.hf: our GPT <-> transformers' OpenAIGPTLMHeadModel compute identical logits. CPU, fp32, nothing
+downloaded."""
 
 from __future__ import annotations
 

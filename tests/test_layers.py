@@ -43,8 +43,8 @@ def test_a_cap_above_what_finetune_keeps_is_an_error_naming_the_setting():
 
 
 def test_by_task_names_only_the_tasks_of_the_analysis():
-    """The schema takes the layer-transfer tasks from gpt1.pipeline.config.LAYER_TRANSFER_TASKS (their one declaration), for
-    layers.by_task and for layer_transfer_tasks alike."""
+    """The schema takes the layer-transfer tasks from gpt1.pipeline.config.LAYER_TRANSFER_TASKS (their one declaration),
+    for layers.by_task and for layer_transfer_tasks alike."""
     from gpt1.pipeline.config import _schema, validate
 
     schema = _schema()

@@ -1,6 +1,6 @@
-"""The pinned mode (gpt1.training.numerics): the same bytes whatever instruction set the host offers and whatever threads the
-job is given; outputs record the pinned settings, MLflow the machine; a stage says when its input was computed
-otherwise."""
+"""The pinned mode (gpt1.training.numerics): the same bytes whatever instruction set the host offers and whatever
+threads the job is given; outputs record the pinned settings, MLflow the machine; a stage says when its input was
+computed otherwise."""
 
 from __future__ import annotations
 

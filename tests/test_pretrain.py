@@ -1,4 +1,5 @@
-"""gpt1.stages.pretrain: schedule, decay groups, snapshots, resume (after a real kill -9), refusals, NaN stop, DDP, export.
+"""gpt1.stages.pretrain: schedule, decay groups, snapshots, resume (after a real kill -9), refusals, NaN stop, DDP,
+export.
 
 CPU only, tiny models from tests/conftest.py. The subprocess tests (kill + resume, torchrun) are marked slow:
 they pay python + torch + mlflow start-up several times."""

@@ -1,5 +1,6 @@
 """gpt1.report: Tables 2-5 beside the paper, Figure 2, summary.json and the MLflow grouping, on fake results trees
-written in the exact schemas of gpt1.stages.finetune, gpt1.stages.layers, gpt1.stages.zeroshot and gpt1.stages.pretrain."""
+written in the exact schemas of gpt1.stages.finetune, gpt1.stages.layers, gpt1.stages.zeroshot and
+gpt1.stages.pretrain."""
 
 from __future__ import annotations
 
@@ -106,8 +107,8 @@ def write_metrics(results: Path, task: str, variant: str, seed: int, **kwargs: A
 
 
 def fake_record(sealed: Path) -> dict[str, Any]:
-    """The rest of a record the report only checks (gpt1/pipeline/records.schema.yaml) and takes `files` from: layers.json,
-    zeroshot.json, or pre-training's metrics.json."""
+    """The rest of a record the report only checks (gpt1/pipeline/records.schema.yaml) and takes `files` from:
+    layers.json, zeroshot.json, or pre-training's metrics.json."""
     if sealed.name == "layers.json":
         return {"task": sealed.parent.parent.name, "seed": int(sealed.parent.name), "n_layer": 12, "points": [],
                 "runs": {}, "numerics": FAKE_NUMERICS}
@@ -662,8 +663,8 @@ def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, m
 
 
 def test_fake_metrics_match_what_finetune_writes(tmp_path: Path, trained_gpt: Path, tiny_data: Any) -> None:
-    """The fake metrics.json of these tests has the keys gpt1.stages.finetune writes, both are what gpt1/pipeline/records.schema.yaml
-    declares, and the reader accepts the real one."""
+    """The fake metrics.json of these tests has the keys gpt1.stages.finetune writes, both are what
+    gpt1/pipeline/records.schema.yaml declares, and the reader accepts the real one."""
     from conftest import tiny_config
 
     from gpt1.pipeline import records
@@ -854,8 +855,8 @@ def test_a_paper_yaml_without_the_papers_recipe_is_refused_naming_the_key(tmp_pa
 ])  # fmt: skip
 def test_a_renamed_or_undeclared_key_fails_where_the_record_is_written(tmp_path: Path, record: str, change: Any,
                                                                        message: str) -> None:
-    """gpt1/pipeline/records.py: a writer that renames, drops or adds a key, or changes its type, fails in one place, before
-    the file exists, naming the key; the same file written by hand fails the reader the same way."""
+    """gpt1/pipeline/records.py: a writer that renames, drops or adds a key, or changes its type, fails in one place,
+    before the file exists, naming the key; the same file written by hand fails the reader the same way."""
     from gpt1.pipeline import records
 
     data = metrics_json("rte", "pretrained", 0)

@@ -1,5 +1,5 @@
-"""gpt1.training.resume: the settings fingerprint, RNG states, atomic writes, and a checkpoint saved and restored (or refused)
-in-process with a tiny model. The stage's kill -9 and NaN-stop resumes are in tests/test_pretrain.py."""
+"""gpt1.training.resume: the settings fingerprint, RNG states, atomic writes, and a checkpoint saved and restored (or
+refused) in-process with a tiny model. The stage's kill -9 and NaN-stop resumes are in tests/test_pretrain.py."""
 
 from __future__ import annotations
 

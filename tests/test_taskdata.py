@@ -1,5 +1,5 @@
-"""gpt1.data.taskdata and the encode_task stage: a task's examples planned once, written, read back exactly, refused when
-they belong to another tokenizer, context or setting, or were edited."""
+"""gpt1.data.taskdata and the encode_task stage: a task's examples planned once, written, read back exactly, refused
+when they belong to another tokenizer, context or setting, or were edited."""
 
 from __future__ import annotations
 

@@ -108,7 +108,8 @@ def _train_in_fresh_process(folder: Path) -> bytes:
     import subprocess
     import sys
 
-    code = ("import sys; from gpt1.data.synthetic.corpus import synthetic_corpus; from gpt1.data.tokenizer import train; "
+    code = ("import sys; from gpt1.data.synthetic.corpus import synthetic_corpus; "
+            "from gpt1.data.tokenizer import train; "
             "texts = [d['text'] for d in synthetic_corpus(48, seed=0)]; "  # the smoke corpus: many tied pairs
             "train(texts, 'spacy', 300, 200).save(sys.argv[1])")
     subprocess.run([sys.executable, "-c", code, str(folder)], check=True)

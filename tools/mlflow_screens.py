@@ -11,8 +11,8 @@ Starts `mlflow server` on a free 127.0.0.1 port against the store (it only reads
                     experiment's tags say: the GenAI / Model training switch, kept in the browser, decides)
     training.png    the experiment after a click on the sidebar's Model training switch: the runs table as MLflow
                     shows it unasked (the stages' runs nested under their pipeline's report run)
-    runs.png        gpt1.pipeline.tracking.ui_url, the address the report stage prints (the MLflow Assistant panel closed
-                    first, as a user would): the saved view "gpt1 pipelines", the runs grouped by pipeline, the
+    runs.png        gpt1.pipeline.tracking.ui_url, the address the report stage prints (the MLflow Assistant panel
+                    closed first, as a user would): the saved view "gpt1 pipelines", the runs grouped by pipeline, the
                     report's curated metrics as columns
     reports.png     Views -> "gpt1 reports": a row per pipeline (its report run), the curated metrics as columns
     compare.png     its first two rows ticked, Compare, "Show diff only" on the parameters: the settings that differ

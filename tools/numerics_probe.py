@@ -1,9 +1,9 @@
 """Which CPU kernels give the same bits on two hosts: one hash per operation the pipeline computes, for comparing
 machines, and the check that the pinned mode still computes the committed bits.
 
-    .venv/bin/python tools/numerics_probe.py --mode pinned > host.json          # the pinned mode (gpt1.training.numerics)
-    .venv/bin/python tools/numerics_probe.py --mode pinned-mkl > host.json      # the pinned mode before 2026-11-27
-    .venv/bin/python tools/numerics_probe.py --mode none > host.json            # the host's own kernels
+    .venv/bin/python tools/numerics_probe.py --mode pinned > host.json      # the pinned mode (gpt1.training.numerics)
+    .venv/bin/python tools/numerics_probe.py --mode pinned-mkl > host.json  # the pinned mode before 2026-11-27
+    .venv/bin/python tools/numerics_probe.py --mode none > host.json        # the host's own kernels
     .venv/bin/python tools/numerics_probe.py --mode pinned --check tests/fixtures/numerics_probe.json
 
 Grown from ../shared/reference/numerics-probe/probe.py (an AMD host's hashes lie beside it): its operations keep their
@@ -251,8 +251,8 @@ def optimizer_ops(g: Any) -> dict[str, Any]:
 
 
 def openblas_ops() -> dict[str, Any]:
-    """The pinned mode's products on numpy alone (numpy's generator, float32), in the layouts gpt1.training.cpu_matmul hands
-    OpenBLAS: forward (x W^T), both gradients (g W, g^T x), the LM head, a stack (attention)."""
+    """The pinned mode's products on numpy alone (numpy's generator, float32), in the layouts gpt1.training.cpu_matmul
+    hands OpenBLAS: forward (x W^T), both gradients (g W, g^T x), the LM head, a stack (attention)."""
     import numpy as np
 
     rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
-"""Section e: the time of one fine-tuning update at the gpu profile's real shapes, through gpt1.training.finetuning's own
-loop (`Trainer.epoch`: collation, the copy to the device, bf16 autocast, L3, fused AdamW, the schedule), on the
+"""Section e: the time of one fine-tuning update at the gpu profile's real shapes, through gpt1.training.finetuning's
+own loop (`Trainer.epoch`: collation, the copy to the device, bf16 autocast, L3, fused AdamW, the schedule), on the
 paper's model: MNLI (batch 32, one sequence each), QQP (both orders: two sequences each), RACE (4 answers x 512
 tokens each), and a near-empty update (one 8-token sequence: the fixed cost, mostly AdamW over 117M parameters).
 Sequence lengths are each task's mean padded length in a shuffled batch (bench/gpu_budget.py's counts on the

@@ -1,7 +1,7 @@
 """Section d: GPU numerics. The same weights and batch on the CPU in fp32 (the reference) and on the GPU in fp32
-(TF32 off), TF32 (what gpt1.training.runtime.configure_device turns on) and bf16 autocast with flash attention first (what
-pre-training and fine-tuning compute in): max and mean |delta logits| and delta loss, for the paper's shape (random
-N(0, 0.02) weights) and for section c's pre-trained model on its validation windows. Then two identical short
+(TF32 off), TF32 (what gpt1.training.runtime.configure_device turns on) and bf16 autocast with flash attention first
+(what pre-training and fine-tuning compute in): max and mean |delta logits| and delta loss, for the paper's shape
+(random N(0, 0.02) weights) and for section c's pre-trained model on its validation windows. Then two identical short
 pre-trainings through the CLI (section c's command, uninterrupted): bit-identical, or by how much they differ after
 their updates; and section c's killed-and-resumed run against them.
 

@@ -6,9 +6,9 @@ the bundle's CPU-stage outputs (bench/gpu_bundle/data: tokenizer, ids, encoded t
 * fine-tuning through each of the four input transformations (sst2, rte, stsb, story_cloze), zero-shot scoring
   and the export to transformers, side by side;
 * every output verified as the pipeline verifies it: the declared files, sealed JSON and sha256 records (the
-  package's own readers: gpt1.modeling.checkpoints.load_pretrained, gpt1.pipeline.records.read and gpt1.pipeline.files.verify_file,
-  gpt1.report.inputs' readers of fine-tuning and zero-shot outputs), finite metrics, the device each output says
-  it was computed on; the export against ours; the MLflow runs every stage logged.
+  package's own readers: gpt1.modeling.checkpoints.load_pretrained, gpt1.pipeline.records.read and
+  gpt1.pipeline.files.verify_file, gpt1.report.inputs' readers of fine-tuning and zero-shot outputs), finite
+  metrics, the device each output says it was computed on; the export against ours; the MLflow runs every stage logged.
 """
 
 from __future__ import annotations
@@ -308,7 +308,8 @@ def markdown(data: dict[str, Any], rows: list[list[str]]) -> str:
                  f"{res['device']}"]]
     notes = [f"MLflow runs by stage: {ml['runs']}; registered model versions: {ml['registered_versions']}",
              f"pre-training's MLflow params: {ml['pretrain_params']} (fused AdamW follows the device: "
-             f"gpt1.stages.pretrain.prepare; attention: SDPA under gpt1.training.runtime.attention_kernels, cuDNN first; "
+             f"gpt1.stages.pretrain.prepare; attention: SDPA under gpt1.training.runtime.attention_kernels, "
+             f"cuDNN first; "
              f"section b's profile names the kernel)"]
     head = ["stage", "transformation", "seconds", "status", "outputs"]
     return md_table(head, [*pretrain, *rows]) + "\n\n" + "\n".join(f"- {n}" for n in notes)

@@ -136,8 +136,8 @@ def _show_config(cfg, a) -> None:
 
 
 def _tool_commands(sub) -> None:
-    """The commands beside the stages (gpt1.cli.commands): gpt1.pipeline.codedeps leaves this function out of every stage's code
-    inputs, so a change there reruns no stage."""
+    """The commands beside the stages (gpt1.cli.commands): gpt1.pipeline.codedeps leaves this function out of every
+    stage's code inputs, so a change there reruns no stage."""
     from gpt1.cli.commands import register
 
     register(sub, _common)

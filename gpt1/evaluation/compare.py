@@ -2,8 +2,8 @@
 
 A cell is one fine-tuning job kind (task x variant) and one number the paper reports for it (its paper metric, e.g.
 CoLA's MCC). B minus A is tested twice where it can be:
-- paired, on the evaluation examples both scored (gpt1.evaluation.significance: a paired bootstrap, seed s of A with seed s of
-  B, the seeds pooled): is the difference larger than the choice of evaluation examples explains?
+- paired, on the evaluation examples both scored (gpt1.evaluation.significance: a paired bootstrap, seed s of A with
+  seed s of B, the seeds pooled): is the difference larger than the choice of evaluation examples explains?
 - across seeds, where both trees have two or more seeds in common (a paired t-test of the per-seed scores): is it
   larger than the seeds' spread explains? A change of a training setting moves a score the way a new seed does, so
   this is the test that counts when it exists.
@@ -278,7 +278,8 @@ def render(comparison: Comparison, a: str, b: str) -> dict[str, str]:
                                     *(f"## {t}\n\n{table}" for t, table in zip(titles, markdown, strict=True))]) + "\n",
         "compare.html": html_page("gpt1 compare", ["<h1>gpt1 compare</h1>", "<p>" + "<br>".join(map(escape, head)) +
                                   "</p>", *(f"<h2>{t}</h2>\n{table}" for t, table in zip(titles, html, strict=True))]),
-        "compare.tex": "\n".join(["% Rendered by gpt1 compare (gpt1/evaluation/compare.py); needs \\usepackage{booktabs}.",
+        "compare.tex": "\n".join(["% Rendered by gpt1 compare (gpt1/evaluation/compare.py); needs "
+                                   "\\usepackage{booktabs}.",
                                    " \\\\\n".join(map(tex, head)) + r"\par", *(rf"\paragraph{{{tex(t)}}}" + "\n" + table
                                    for t, table in zip(titles, latex, strict=True))]) + "\n",
         "cells.csv": comparison.cells.to_csv(index=False),

@@ -1,7 +1,7 @@
 """Standard errors and paired tests over a fine-tuning run's evaluation examples: Table 5's tests of the full model
 against each ablation, per column, on the examples both runs scored, by a paired bootstrap over those examples
-(gpt1.evaluation.metrics.paired_bootstrap); the bootstrap standard error of a table cell or a curve's point; Figure 2 (left)
-tests each point against the curve's first.
+(gpt1.evaluation.metrics.paired_bootstrap); the bootstrap standard error of a table cell or a curve's point; Figure 2
+(left) tests each point against the curve's first.
 
 Predictions (a fine-tuning run's predictions.jsonl) are joined by (report, split, index, config), so a test never
 pairs two different examples. The seeds both variants have are pooled: seed s of the full model is paired with
@@ -84,7 +84,8 @@ def read_predictions(path: Path) -> dict[Key, Prediction]:
 
 
 def predictions_by_key(records: Iterable[Mapping[str, Any]]) -> dict[Key, Prediction]:
-    """Prediction records a fine-tuning run returned (gpt1.training.finetuning.FinetuneResult.predictions) by example key."""
+    """Prediction records a fine-tuning run returned (gpt1.training.finetuning.FinetuneResult.predictions), by
+    example key."""
     return dict(_prediction(record, f"prediction {i}") for i, record in enumerate(records))
 
 

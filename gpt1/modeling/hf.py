@@ -189,10 +189,10 @@ def load_hf(dir_or_hub_id: str | Path, **from_pretrained_kwargs: object) -> GPT:
 # ----------------------------------------------------------------------------------------------------------------
 # The export folder
 
-# What the export stage (`gpt1.stages.export`) always leaves in its folder (transformers may add generation_config.json).
-# config.json is renamed into place last, so a killed export never looks loadable. No tokenizer: transformers 5's
-# OpenAIGPTTokenizer wants vocab.json + merges.txt for a BERT-style pipeline, and our tokenizer folder
-# (tokenizer.json, possibly the spaCy pre-tokeniser) does not map onto it faithfully; load ours with
+# What the export stage (`gpt1.stages.export`) always leaves in its folder (transformers may add
+# generation_config.json). config.json is renamed into place last, so a killed export never looks loadable. No
+# tokenizer: transformers 5's OpenAIGPTTokenizer wants vocab.json + merges.txt for a BERT-style pipeline, and our
+# tokenizer folder (tokenizer.json, possibly the spaCy pre-tokeniser) does not map onto it faithfully; load ours with
 # gpt1.data.tokenizer.GPT1Tokenizer.load instead.
 HF_EXPORT_FILES = ("model.safetensors", "gpt1_export.json", "config.json")
 

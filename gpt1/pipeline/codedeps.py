@@ -213,7 +213,8 @@ def _defining_module(module: str, name: str, package_dir: Path) -> str:
 
 
 def stage_modules(package_dir: Path = PACKAGE_DIR) -> dict[str, str]:
-    """Each stage command -> the module holding its stage function (what its dispatch function in cli/main.py imports)."""
+    """Each stage command -> the module holding its stage function (what its dispatch function in cli/main.py
+    imports)."""
     dispatch = {function: command for command, function in cli_commands(package_dir).items()}
     cli = f"{package_dir.name}.{CLI}"
     found = {}

@@ -1,4 +1,5 @@
-"""What `mlflow.pyfunc.load_model` runs for a pre-trained language model (fine-tuned ones: gpt1.pipeline.mlflow_task_model).
+"""What `mlflow.pyfunc.load_model` runs for a pre-trained language model (fine-tuned ones:
+gpt1.pipeline.mlflow_task_model).
 
 Both kinds are MLflow Python models whose artifacts are plain files (safetensors weights, JSON, our tokenizer) and
 whose code is this package, shipped with the model (`code_paths`). The pre-trained GPT's weights are its Hugging Face
@@ -27,8 +28,8 @@ LM_OUTPUTS = ("tokens", "mean_log_prob", "perplexity")
 
 def text_log_prob(model: torch.nn.Module, ids: list[int]) -> tuple[int, float]:
     """(predicted tokens, their summed log-probability) of one token sequence under a language model, scored by
-    `gpt1.evaluation.scoring`: windows of n_ctx tokens that share their boundary token, so every token after the first is
-    predicted exactly once."""
+    `gpt1.evaluation.scoring`: windows of n_ctx tokens that share their boundary token, so every token after the first
+    is predicted exactly once."""
     from gpt1.evaluation.scoring import BATCH_TOKENS, Window, token_logprobs
 
     n_ctx = model.config.n_ctx

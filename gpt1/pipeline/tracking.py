@@ -9,11 +9,11 @@ is not a database, truncated, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT
 one TrackingError naming it. A run ends FINISHED, FAILED, or KILLED (SIGTERM, Ctrl-C), never left RUNNING.
 
 What users see: runs named by what they are ("finetune sst2 pretrained seed0"), datasets as run inputs with their
-source and sha256, and models logged as MLflow Python models (gpt1.pipeline.mlflow_models) linked to their run, registered where
-the store has a registry. The experiment carries what `mlflow ui` reads from it (experiment_tags): a description that
-says what to click, and two saved views of the runs page, listed under Views ("gpt1 pipelines": the runs grouped by
-pipeline; "gpt1 reports": a row per pipeline; both with the report's curated metrics as columns), which `ui_url`
-opens. docs/mlflow_ui.md shows the screens (tools/mlflow_screens.py takes them).
+source and sha256, and models logged as MLflow Python models (gpt1.pipeline.mlflow_models) linked to their run,
+registered where the store has a registry. The experiment carries what `mlflow ui` reads from it (experiment_tags): a
+description that says what to click, and two saved views of the runs page, listed under Views ("gpt1 pipelines": the
+runs grouped by pipeline; "gpt1 reports": a row per pipeline; both with the report's curated metrics as columns), which
+`ui_url` opens. docs/mlflow_ui.md shows the screens (tools/mlflow_screens.py takes them).
 """
 
 from __future__ import annotations
@@ -497,8 +497,8 @@ def _quiet_mlflow() -> Iterator[None]:
 def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, Any],
               name: str | None = None) -> Iterator[StageRun]:
     """An MLflow run for one stage execution, tagged with stage, profile, commit, pipeline run and the machine it ran
-    on (gpt1.training.numerics.machine_tags: processor, instruction sets, kernels and threads in use, torch); `name` says what
-    it is in `mlflow ui` (e.g. "finetune sst2 pretrained seed0"), the stage's name by default."""
+    on (gpt1.training.numerics.machine_tags: processor, instruction sets, kernels and threads in use, torch); `name`
+    says what it is in `mlflow ui` (e.g. "finetune sst2 pretrained seed0"), the stage's name by default."""
     from mlflow.tracking import MlflowClient
 
     from gpt1.training.numerics import machine_tags

@@ -2,16 +2,17 @@
 
 Inputs (all under RESULTS = results/<profile>, only for the lists of params.yaml):
   finetune/<task>/<variant>/<seed>/metrics.json    gpt1.stages.finetune   Tables 2-5
-  finetune/<task>/<variant>/<seed>/predictions.jsonl                Table 5's paired tests (gpt1.evaluation.significance)
+  finetune/<task>/<variant>/<seed>/predictions.jsonl                Table 5's paired tests
+                                                                    (gpt1.evaluation.significance)
   analyses/layers/<task>/<seed>/layers.csv          gpt1.stages.layers     Figure 2 (left)
   analyses/zeroshot/<model>/zeroshot.csv            gpt1.stages.zeroshot   Figure 2 (right)
   pretrain/<model>/curves.csv                       gpt1.stages.pretrain   pre-training curves
   pretrain/gpt/snapshots/, tokenizer/               gpt1.stages.pretrain, gpt1.stages.bpe   the page of samples
 Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv,html}, OUT/tables/summary.json (every
 number of the tables and figures), OUT/tables/samples.{md,html} (what the GPT writes at a few of its pre-training
-snapshots: params.yaml's `samples` section, drawn by gpt1.evaluation.sampling), OUT/metrics.json (a curated few per stage, for
-`dvc metrics` and `dvc exp show`) and OUT/figures/{figure2_left,figure2_right,pretraining}.{png,svg}, all renamed
-into place together at the end. The paper's numbers come from gpt1/report/paper.yaml only.
+snapshots: params.yaml's `samples` section, drawn by gpt1.evaluation.sampling), OUT/metrics.json (a curated few per
+stage, for `dvc metrics` and `dvc exp show`) and OUT/figures/{figure2_left,figure2_right,pretraining}.{png,svg}, all
+renamed into place together at the end. The paper's numbers come from gpt1/report/paper.yaml only.
 
 Modules, each importing only those above it:
   numbers     rounding half up as the paper prints, exact means of printed numbers
@@ -19,7 +20,8 @@ Modules, each importing only those above it:
   tables      the table model: paper.yaml's tables, our cells beside them, Table 5's paired tests
   renderers   a table as Markdown, LaTeX, CSV and HTML: its cells as pandas DataFrames, rendered by pandas
   figures     Figure 2 and the pre-training curves
-  samples     the page of samples: the chosen snapshots continuing the prompts (gpt1.evaluation.sampling; torch loads there only)
+  samples     the page of samples: the chosen snapshots continuing the prompts (gpt1.evaluation.sampling; torch
+              loads there only)
   stage       the summary, writing every output together, `report_stage` and its MLflow run
 """
 

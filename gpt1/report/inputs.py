@@ -161,7 +161,8 @@ class Run:
     cut: str | None  # the training cut's description, e.g. "validation[0%:80%] (shuffled, seed 0)"
     subset: tuple[int, int] | None  # a capped training set: (examples trained on, labelled examples it had)
     setup: Setup  # the model and recipe the run used
-    numerics: str  # what it computed with (gpt1.training.numerics), in words: "unrecorded" for runs older than the record
+    # what it computed with (gpt1.training.numerics), in words: "unrecorded" for runs older than the record
+    numerics: str
 
 
 def _score(block: Any, name: str, metrics: Sequence[str], path: Path) -> Score:

@@ -2,10 +2,10 @@
 
 The snapshots params.yaml's `samples` section picks (indices into pretrain/gpt/snapshots/index.json, negative ones
 from the last), in training order, each with the update it was taken at, the tokens seen and its validation loss;
-under each, every prompt of the section continued by gpt1.evaluation.sampling with the section's length, temperature, top-k and
-seed: the text `gpt1 sample --model <snapshot> --seed <seed> ...` writes, and on the CPU of a pinned profile the same
-on every host. A snapshot index or tokenizer not there yet is said on the page (the pre-training's curves, read by
-the same report, count the gap).
+under each, every prompt of the section continued by gpt1.evaluation.sampling with the section's length, temperature,
+top-k and seed: the text `gpt1 sample --model <snapshot> --seed <seed> ...` writes, and on the CPU of a pinned profile
+the same on every host. A snapshot index or tokenizer not there yet is said on the page (the pre-training's curves, read
+by the same report, count the gap).
 
 A library of the report: the section as a mapping, folders as arguments; torch loads only when a model runs.
 """

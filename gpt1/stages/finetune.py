@@ -1,6 +1,6 @@
-"""The fine-tuning stage (`gpt1 finetune`): one job of `gpt1.training.finetuning` (task x variant x seed) from the profile's
-settings, its outputs written together (atomically): metrics.json, predictions.jsonl, curves.csv; one MLflow run
-with the fine-tuned model.
+"""The fine-tuning stage (`gpt1 finetune`): one job of `gpt1.training.finetuning` (task x variant x seed) from the
+profile's settings, its outputs written together (atomically): metrics.json, predictions.jsonl, curves.csv; one MLflow
+run with the fine-tuned model.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The zero-shot stage (`gpt1 zeroshot`, the paper's §5, Figure 2 right): the four heuristics of `gpt1.evaluation.probes` on
-every pre-training snapshot of a model and its final weights, on the profile's task data (`zeroshot` settings,
-params.yaml's zeroshot_reference); zeroshot.json and zeroshot.csv written together, each point's metrics to MLflow
-(x axis: the snapshot's update count).
+"""The zero-shot stage (`gpt1 zeroshot`, the paper's §5, Figure 2 right): the four heuristics of
+`gpt1.evaluation.probes` on every pre-training snapshot of a model and its final weights, on the profile's task data
+(`zeroshot` settings, params.yaml's zeroshot_reference); zeroshot.json and zeroshot.csv written together, each point's
+metrics to MLflow (x axis: the snapshot's update count).
 """
 
 from __future__ import annotations

@@ -242,7 +242,8 @@ class PinnedMatmuls(TorchFunctionMode):
             return route(*args, **kwargs)
         if func in REFUSED:
             raise PinnedKernelError(f"{getattr(func, '__name__', func)}: a matrix product the pinned CPU mode has "
-                                    f"no vendor-independent kernel for (gpt1.training.cpu_matmul.ROUTES lists those it has)")
+                                    f"no vendor-independent kernel for (gpt1.training.cpu_matmul.ROUTES lists those "
+                                    f"it has)")
         return func(*args, **kwargs)
 
 

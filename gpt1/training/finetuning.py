@@ -5,10 +5,10 @@ prediction lines and curves in memory (`FinetuneResult`); the stages write and l
 
 One job = one task x one variant x one seed. The pieces, in the order a job runs them:
 
-* Variants (`gpt1.modeling.backbones`): where the weights and the tokenizer come from -- our pre-trained GPT (`pretrained`), the
-  same architecture randomly initialised (`scratch`), our GPT without the auxiliary LM loss (`no_aux`), our LSTM
-  (`lstm`), or the released GPT-1 (`released`). `transfer_layers=k` keeps the embeddings and the first k blocks
-  and re-initialises the rest (Figure 2, left).
+* Variants (`gpt1.modeling.backbones`): where the weights and the tokenizer come from -- our pre-trained GPT
+  (`pretrained`), the same architecture randomly initialised (`scratch`), our GPT without the auxiliary LM loss
+  (`no_aux`), our LSTM (`lstm`), or the released GPT-1 (`released`). `transfer_layers=k` keeps the embeddings and the
+  first k blocks and re-initialises the rest (Figure 2, left).
 * Model (`gpt1.modeling.heads`): the start/delimiter/extract tokens are appended to the embedding (N(0, 0.02)); a head
   reads the last layer's state at the extract token. classification/entailment: dropout + Linear(C, labels);
   similarity: the two orders' states summed, then dropout + Linear (2 classes, or 1 output with MSE for STS-B);

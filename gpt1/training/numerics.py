@@ -39,7 +39,8 @@ PINNED_ISA = "avx2"
 # Read by each library when it loads (ATen and MKL at the first kernel, numpy and OpenBLAS at import).
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "COMPATIBLE",  # no product goes to MKL (gpt1.training.cpu_matmul); its one vendor-independent branch if any did
+    # no product goes to MKL (gpt1.training.cpu_matmul); its one vendor-independent branch if any did
+    "MKL_CBWR": "COMPATIBLE",
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN is off in the pinned mode; this caps it should anything still reach it
     "NPY_ENABLE_CPU_FEATURES": "X86_V3",
     "OPENBLAS_CORETYPE": "Haswell",  # the kernels of every matrix product (gpt1.training.cpu_matmul)

@@ -19,10 +19,10 @@ How the pieces fit (all of it is the same on 1 process and under `torchrun`):
   snapshots written so far) and a pointer file naming it, written last. Re-running the same command continues from
   it; on CPU the final weights equal those of an uninterrupted run bit for bit.
 
-The weights format and `load_pretrained` live in gpt1.modeling.checkpoints, the checkpoint of a resumable run in gpt1.training.resume,
-device, precision and DDP in gpt1.training.runtime. This module is the update plan, the schedule, the loop and the evaluation:
-a library (no MLflow, no results path; the model and pretrain sections come in as mappings). The stage that wires it
-to params.yaml, the outputs and MLflow is gpt1.stages.pretrain.
+The weights format and `load_pretrained` live in gpt1.modeling.checkpoints, the checkpoint of a resumable run in
+gpt1.training.resume, device, precision and DDP in gpt1.training.runtime. This module is the update plan, the schedule,
+the loop and the evaluation: a library (no MLflow, no results path; the model and pretrain sections come in as
+mappings). The stage that wires it to params.yaml, the outputs and MLflow is gpt1.stages.pretrain.
 """
 
 from __future__ import annotations
