@@ -32,7 +32,7 @@ from gpt1.modeling.model import GPT, LSTMLM
 from gpt1.pipeline.errors import Gpt1Error
 
 MODEL = {"n_ctx": 8, "n_embd": 16, "n_layer": 1, "n_head": 2, "lstm_hidden": 24, "dropout": 0.1}
-LIBRARY = ("checkpoints", "runtime", "resume")
+LIBRARY = ("modeling.checkpoints", "training.runtime", "training.resume")
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -163,28 +163,31 @@ def test_weights_files_are_the_same_bytes_in_every_process(tmp_path: Path) -> No
 
 
 def imports(module: str) -> set[str]:
-    """Every module `module` imports, at the top or inside a function, as written (gpt1.pipeline.files, mlflow, ...)."""
-    tree = ast.parse((REPO / "gpt1" / f"{module}.py").read_text())
+    """Every module `module` (`modeling.checkpoints`: the path below gpt1/) imports, at the top or inside a function,
+    as written (gpt1.pipeline.files, mlflow, ...); `from gpt1.pipeline import files` gives gpt1.pipeline and
+    gpt1.pipeline.files."""
+    tree = ast.parse((REPO / "gpt1").joinpath(*module.split(".")).with_suffix(".py").read_text())
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
     return found
 
 
 def gpt1_imports(module: str) -> set[str]:
-    return {name.split(".")[1] for name in imports(module) if name.startswith("gpt1.")}
+    """The package's modules and folders `module` names in an import: `pipeline`, `files`, ..."""
+    return {part for name in imports(module) if name.startswith("gpt1.") for part in name.split(".")[1:]}
 
 
 def test_library_modules_import_no_stage_no_mlflow_and_no_config() -> None:
-    stages = {"pretrain", "finetune", "zeroshot", "layers", "report", "tracking", "config", "cli"}
+    stages = {"stages", "pretrain", "finetune", "zeroshot", "layers", "report", "tracking", "config", "cli"}
     for module in LIBRARY:
         assert gpt1_imports(module).isdisjoint(stages), module
         assert not any(name.split(".")[0] == "mlflow" for name in imports(module)), module
-    assert gpt1_imports("checkpoints").isdisjoint({"resume", "runtime"})  # checkpoints is the lowest of the three
-    assert "pretrain" not in gpt1_imports("hf")
+    assert gpt1_imports("modeling.checkpoints").isdisjoint({"resume", "runtime"})  # the lowest of the three
+    assert not {"stages", "pretrain"} & gpt1_imports("modeling.hf")
 
 
 def test_importing_hf_or_checkpoints_loads_no_stage() -> None:

@@ -21,8 +21,9 @@ from gpt1.pipeline.errors import CodeDepsError
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "dvc_code_deps.py"
 PROFILE = yaml.safe_load((REPO / "params.yaml").read_text())["profile"]
-CLI_BASE = ["__init__.py", "__main__.py", "boundary.py", "cli.py", "config.py", "errors.py", "files.py",
-            "params.schema.yaml", "preflight.py", "tracking.py"]  # what every `python -m gpt1 <stage>` imports
+CLI_BASE = ["__init__.py", "__main__.py", "cli/__init__.py", "cli/boundary.py", "cli/main.py", "cli/preflight.py",
+            "pipeline/__init__.py", "pipeline/config.py", "pipeline/errors.py", "pipeline/files.py",
+            "pipeline/params.schema.yaml", "pipeline/tracking.py"]  # what every `python -m gpt1 <stage>` imports
 
 
 def load_tool():
@@ -44,6 +45,7 @@ def toy_package(tmp_path: Path) -> Path:
     return write_package(tmp_path, {
         "gpt1/__init__.py": "",
         "gpt1/__main__.py": "from gpt1.cli.main import main\n",
+        "gpt1/cli/__init__.py": "",
         "gpt1/cli/main.py": (
             "from gpt1 import base\n\n"
             "def _one(cfg, a):\n    from gpt1.one import run\n\n"
@@ -68,8 +70,8 @@ def test_closure_follows_lazy_relative_and_package_imports(tmp_path):
     package = toy_package(tmp_path)
     assert cli_commands(package) == {"one": "_one", "two": "_two"}
     assert stage_code("one", package) == sorted(f"gpt1/{name}" for name in [
-        "__init__.py", "__main__.py", "cli.py", "base.py", "one.py", "lazy_sibling.py", "sub/__init__.py",
-        "sub/leaf.py", "sub/near.py", "far.py", "reads_data.py", "table.yaml"])  # fmt: skip
+        "__init__.py", "__main__.py", "cli/__init__.py", "cli/main.py", "base.py", "one.py", "lazy_sibling.py",
+        "sub/__init__.py", "sub/leaf.py", "sub/near.py", "far.py", "reads_data.py", "table.yaml"])  # fmt: skip
     # the other command's dispatch function is not followed
     assert "gpt1/two.py" in stage_code("two", package)
     assert "gpt1/one.py" not in stage_code("two", package)
@@ -80,10 +82,10 @@ def test_closure_follows_lazy_relative_and_package_imports(tmp_path):
 
 
 def test_every_stage_runs_the_cli_and_its_own_module():
-    own = {"fetch": "corpus.py", "clean": "corpus.py", "bpe": "bpe.py", "encode": "encode.py",
-           "pretrain": "pretrain.py", "encode-task": "encode_task.py", "finetune": "finetune.py",
-           "layers": "layers.py", "zeroshot": "zeroshot.py", "report": "report/stage.py",
-           "export": "export.py"}  # fmt: skip
+    own = {"fetch": "stages/corpus.py", "clean": "stages/corpus.py", "bpe": "stages/bpe.py",
+           "encode": "stages/encode.py", "pretrain": "stages/pretrain.py", "encode-task": "stages/encode_task.py",
+           "finetune": "stages/finetune.py", "layers": "stages/layers.py", "zeroshot": "stages/zeroshot.py",
+           "report": "report/stage.py", "export": "stages/export.py"}  # fmt: skip
     for command, module in own.items():
         files = stage_code(command)
         assert {f"gpt1/{m}" for m in [*CLI_BASE, module]} <= set(files), command
@@ -122,14 +124,15 @@ def test_an_import_without_its_file_fails_the_check(tmp_path):
     dvc.yaml then misses it until --write."""
     package = tmp_path / "gpt1"
     shutil.copytree(REPO / "gpt1", package, ignore=shutil.ignore_patterns("__pycache__"))
-    with (package / "tokenizer.py").open("a") as handle:
-        handle.write("\n\ndef _added() -> None:\n    from gpt1 import significance  # noqa: F401\n")
+    with (package / "data" / "tokenizer.py").open("a") as handle:
+        handle.write("\n\ndef _added() -> None:\n    from gpt1.evaluation import significance  # noqa: F401\n")
     assert "gpt1/evaluation/significance.py" in stage_code("bpe", package)
     tool = load_tool()
     text = (REPO / "dvc.yaml").read_text()
     found = tool.differences(text, package)
-    for stage in ("bpe", "encode"):  # significance.py and the metrics.py it imports
-        assert found[stage] == (["gpt1/evaluation/metrics.py", "gpt1/evaluation/significance.py"], []), stage
+    for stage in ("bpe", "encode"):  # significance.py, the metrics.py it imports, and their folder's __init__.py
+        assert found[stage] == (["gpt1/evaluation/__init__.py", "gpt1/evaluation/metrics.py",
+                                 "gpt1/evaluation/significance.py"], []), stage
     assert not {"fetch", "clean", "report"} & set(found)  # they do not run tokenizer.py
     assert tool.differences(tool.rewrite(text, package), package) == {}
 
@@ -178,7 +181,7 @@ def test_editing_the_tokenizer_reruns_bpe_but_not_fetch_or_clean_in_both_engines
 
     tokenizer = "results/smoke/tokenizer/tokenizer.json"
     assert "Nothing to be done" in planned(tokenizer)
-    os.utime(root / "gpt1" / "tokenizer.py")  # edited now
+    os.utime(root / "gpt1" / "data" / "tokenizer.py")  # edited now
     assert "Nothing to be done" in planned("results/smoke/corpus/train.jsonl")
     plan = planned(tokenizer)
     assert "rule bpe:" in plan and "gpt1/data/tokenizer.py" in plan and "rule clean:" not in plan

@@ -110,7 +110,7 @@ def test_layout_names_each_file_once():
     files = [path for outs in stages.values() for path in outs]
     assert len(files) == len(set(files))
     assert not any(covers(a, b) for a in files for b in files if a != b)  # no output inside another
-    source = (REPO / "gpt1" / "layout.py").read_text()
+    source = (REPO / "gpt1" / "pipeline" / "layout.py").read_text()
     assert "import gpt1" not in source and "from gpt1" not in source  # a leaf: every module may read it
 
 

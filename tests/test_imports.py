@@ -1,6 +1,14 @@
-"""The package's import graph (module-level and function-level imports, read by gpt1.pipeline.codedeps): no cycle, and no
-stage module imports another stage module (a stage's shared code lives in a library). Only cli.py and __main__.py
-may import stages; the stage modules are those holding a CLI command's stage function.
+"""The package's layers are its folders, and its import graph (module-level and function-level imports, read by
+gpt1.pipeline.codedeps) keeps them: no cycle;
+
+- gpt1/cli/ is the CLI (`gpt1 <stage>` in cli/main.py, the user's commands, preflight, boundary); only it and
+  gpt1/__main__.py import a stage, and nothing else imports the CLI;
+- gpt1/stages/ holds the stage modules (each holding a CLI command's stage function; the report's is report/stage.py,
+  beside its library), and no stage imports another stage (what two share lives in a library);
+- the library folders (data, modeling, training, evaluation, pipeline, and the report's modules but its stage) import
+  no stage and no CLI, and know no params.yaml: only the CLI calls `config.load_config`, the one reader of that file
+  (a library takes plain values or a section of the selected profile);
+- the layer folders' `__init__.py` are empty: every stage's code inputs include them.
 
 Beside the package, bench/ (speed and memory) and experiments/ (the studies) are packages run as `python -m
 bench.<module>` and `python -m experiments.<study>`: none of their modules imports a stage module or the CLI (they use
@@ -11,22 +19,70 @@ from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gpt1.pipeline.codedeps import find_cycle, import_graph, stage_modules
+from gpt1.pipeline.codedeps import PACKAGE_DIR, find_cycle, import_graph, stage_modules
 
-ENTRY_POINTS = {"gpt1.cli.main", "gpt1.__main__"}  # they dispatch to stages
 REPO = Path(__file__).resolve().parents[1]
 ROOMS = ("bench", "experiments")
+CLI = "gpt1.cli"  # the CLI layer's folder
+STAGES = "gpt1.stages"  # the stage modules' folder
+REPORT_STAGE = "gpt1.report.stage"  # the report's stage module, beside its library
+LIBRARY = ("gpt1.data", "gpt1.modeling", "gpt1.training", "gpt1.evaluation", "gpt1.pipeline", "gpt1.report")
+ENTRY_POINTS = {"gpt1.__main__", CLI}  # they dispatch to stages
+PARAMS_READER = "load_config"  # gpt1.pipeline.config's reader of params.yaml: the CLI's alone
+LAYER_FOLDERS = ("cli", "stages", "data", "modeling", "training", "evaluation", "pipeline")
 
 
-def stage_imports(package_dir: Path | None = None) -> list[str]:
-    """'importer -> imported' for every stage module importing another, outside the entry points."""
-    kwargs = {} if package_dir is None else {"package_dir": package_dir}
-    graph, stages = import_graph(**kwargs), set(stage_modules(**kwargs).values())
-    return [f"{module} -> {other}" for module in sorted(stages) for other in sorted(graph.get(module, set()) & stages)]
+def within(module: str, folders: str | tuple[str, ...] | set[str]) -> bool:
+    """Whether `module` is one of `folders` or lies below one of them."""
+    folders = (folders,) if isinstance(folders, str) else tuple(folders)
+    return any(module == folder or module.startswith(f"{folder}.") for folder in folders)
+
+
+def layer_offences(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """'importer -> imported: why' for every import that crosses a layer the wrong way: a stage importing a stage, a
+    library module importing a stage or the CLI, anything but the entry points importing a stage or the CLI."""
+    name = package_dir.name
+    cli, stages, report_stage = (f"{name}{m[4:]}" for m in (CLI, STAGES, REPORT_STAGE))
+    library = tuple(f"{name}{m[4:]}" for m in LIBRARY)
+    entry = {f"{name}{m[4:]}" for m in ENTRY_POINTS}
+
+    def stage(module: str) -> bool:
+        return module == report_stage or module.startswith(f"{stages}.")
+
+    def of_cli(module: str) -> bool:  # a module of the CLI (its folder's empty __init__ aside)
+        return module.startswith(f"{cli}.")
+
+    found = []
+    for module, targets in sorted(import_graph(package_dir).items()):
+        for other in sorted(targets):
+            if stage(module) and stage(other):
+                found.append(f"{module} -> {other}: a stage imports a stage")
+            elif within(module, library) and module != report_stage and (stage(other) or of_cli(other)):
+                found.append(f"{module} -> {other}: a library module imports a {'stage' if stage(other) else 'CLI'}")
+            elif not within(module, entry) and of_cli(other):
+                found.append(f"{module} -> {other}: only gpt1/__main__.py imports the CLI")
+    return found
+
+
+def params_readers(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """'file:line' for each use of config.load_config (the params.yaml reader) outside the CLI's folder."""
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir.parent)
+        if relative.parts[1:2] == ("cli",) or relative.as_posix() == f"{package_dir.name}/pipeline/config.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            named = ((isinstance(node, ast.ImportFrom) and any(a.name == PARAMS_READER for a in node.names))
+                     or (isinstance(node, ast.Attribute) and node.attr == PARAMS_READER)
+                     or (isinstance(node, ast.Name) and node.id == PARAMS_READER))
+            if named:
+                found.append(f"{relative.as_posix()}:{node.lineno}")
+    return found
 
 
 def test_the_package_has_no_import_cycle():
@@ -34,37 +90,72 @@ def test_the_package_has_no_import_cycle():
     assert cycle is None, f"import cycle: {' -> '.join(cycle or [])}"
 
 
-def test_no_stage_module_imports_another():
-    stages = set(stage_modules().values())
-    assert {"gpt1.stages.finetune", "gpt1.stages.layers", "gpt1.stages.pretrain", "gpt1.stages.export", "gpt1.report.stage"} <= stages
-    offending = stage_imports()
-    assert not offending, f"a stage module imports another stage module: {'; '.join(offending)}"
+def test_the_stage_modules_are_the_stages_folder():
+    """The modules holding a CLI command's stage function are those of gpt1/stages/ (and the report's stage)."""
+    found = set(stage_modules().values())
+    folder = {f"{STAGES}.{path.stem}" for path in (PACKAGE_DIR / "stages").glob("*.py") if path.stem != "__init__"}
+    assert found == folder | {REPORT_STAGE}, (f"stage functions outside gpt1/stages/: {sorted(found - folder)}; "
+                                              f"modules of gpt1/stages/ holding none: {sorted(folder - found)}")
+    assert {"gpt1.stages.finetune", "gpt1.stages.layers", "gpt1.stages.pretrain", "gpt1.stages.export"} <= found
+
+
+def test_no_import_crosses_a_layer_the_wrong_way():
+    offending = layer_offences()
+    assert not offending, f"imports against the layers: {'; '.join(offending)}"
+
+
+def test_the_library_knows_no_params_yaml():
+    offending = params_readers()
+    assert not offending, f"only gpt1/cli/ reads params.yaml (config.{PARAMS_READER}): {', '.join(offending)}"
+
+
+@pytest.mark.parametrize("folder", LAYER_FOLDERS)
+def test_a_layer_folders_init_is_empty(folder: str):
+    """Every stage's code inputs include the `__init__.py` of each folder it imports from: an empty one changes
+    nothing, so a stage reruns only when its modules change."""
+    assert (PACKAGE_DIR / folder / "__init__.py").read_bytes() == b""
 
 
 def fake_package(root: Path, modules: dict[str, str]) -> Path:
     package = root / "gpt1"
-    package.mkdir()
     for name, source in {"__init__": "", **modules}.items():
-        (package / f"{name}.py").write_text(source)
+        path = package.joinpath(*name.split("/")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent != package and not (path.parent / "__init__.py").exists():
+            (path.parent / "__init__.py").write_text("")
+        path.write_text(source)
     return package
 
 
-def test_the_checks_find_a_cycle_and_a_stage_importing_a_stage(tmp_path: Path):
+def test_the_checks_find_a_cycle_and_each_wrong_way_import(tmp_path: Path):
     package = fake_package(tmp_path, {
-        "cli": "def _one(cfg, a):\n    from gpt1.one import one_stage\n\n\n"
-               "def _two(cfg, a):\n    from gpt1.two import two_stage\n\n\n"
-               "def build(sub):\n    _stage(sub, 'one', 'help', _one)\n    _stage(sub, 'two', 'help', _two)\n",
-        "one": "from gpt1.lib import helper\n\n\ndef one_stage():\n    from gpt1.two import two_stage\n",
-        "two": "def two_stage():\n    pass\n",
-        "lib": "def helper():\n    from gpt1 import deep\n",
-        "deep": "from gpt1.lib import helper\n",
+        "__main__": "from gpt1.cli.main import main\n",
+        "cli/main": "def _one(cfg, a):\n    from gpt1.stages.one import one_stage\n\n\n"
+                    "def _two(cfg, a):\n    from gpt1.stages.two import two_stage\n\n\n"
+                    "def _rep(cfg, a):\n    from gpt1.report.stage import report_stage\n\n\n"
+                    "def build(sub):\n    _stage(sub, 'one', 'help', _one)\n    _stage(sub, 'two', 'help', _two)\n"
+                    "    _stage(sub, 'report', 'help', _rep)\n",
+        "cli/commands": "from gpt1.pipeline.config import load_config\n",
+        "stages/one": "from gpt1.data.lib import helper\n\n\n"
+                      "def one_stage():\n    from gpt1.stages.two import two_stage\n",
+        "stages/two": "from gpt1.pipeline import config\n\n\n"
+                      "def two_stage():\n    config.load_config('params.yaml')\n",
+        "report/stage": "def report_stage():\n    pass\n",
+        "report/tables": "from gpt1.report import stage\n",
+        "data/lib": "def helper():\n    from gpt1.data import deep\n",
+        "data/deep": "from gpt1.data.lib import helper\nfrom gpt1.cli import commands\n",
+        "pipeline/config": "def load_config(path):\n    pass\n",
     })  # fmt: skip
     graph = import_graph(package)
-    assert graph["gpt1.one"] == {"gpt1.lib", "gpt1.two"} and graph["gpt1.lib"] == {"gpt1", "gpt1.deep"}
-    assert find_cycle(graph) == ["gpt1.lib", "gpt1.deep", "gpt1.lib"]
-    assert stage_modules(package) == {"one": "gpt1.one", "two": "gpt1.two"}
-    assert stage_imports(package) == ["gpt1.one -> gpt1.two"]
-    (package / "deep.py").write_text("")
+    assert graph["gpt1.stages.one"] == {"gpt1.data.lib", "gpt1.stages.two"}
+    assert find_cycle(graph) == ["gpt1.data.lib", "gpt1.data.deep", "gpt1.data.lib"]
+    assert stage_modules(package) == {"one": "gpt1.stages.one", "two": "gpt1.stages.two", "report": "gpt1.report.stage"}
+    assert layer_offences(package) == [
+        "gpt1.data.deep -> gpt1.cli.commands: a library module imports a CLI",
+        "gpt1.report.tables -> gpt1.report.stage: a library module imports a stage",
+        "gpt1.stages.one -> gpt1.stages.two: a stage imports a stage"]
+    assert params_readers(package) == ["gpt1/stages/two.py:5"]
+    (package / "data" / "deep.py").write_text("")
     assert find_cycle(import_graph(package)) is None
 
 
@@ -84,16 +175,23 @@ def imported_names(node: ast.AST) -> list[str]:
     return []
 
 
-def room_offences(forbidden: set[str], repo: Path = REPO) -> list[str]:
+def forbidden_in_rooms(module: str) -> bool:
+    """A stage module or the CLI: what bench/ and experiments/ run as `python -m gpt1 <stage>`, never import."""
+    return module.startswith((f"{STAGES}.", f"{CLI}.")) or module in {REPORT_STAGE, "gpt1.__main__"}
+
+
+def room_offences(forbidden: Callable[[str], bool] = forbidden_in_rooms, repo: Path = REPO) -> list[str]:
     """'file:line: what' for each import of a `forbidden` module (the stage modules and the CLI), each use of
     sys.path, and each import of experiments from bench, in the modules of bench/ and experiments/."""
     found = []
     for path in room_modules(repo):
         name = path.relative_to(repo).as_posix()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            seen_here: set[str] = set()
             for module in imported_names(node):
-                if module in forbidden or module == "sys.path":
-                    found.append((name, node.lineno, f"imports {module}"))
+                if (forbidden(module) and module.rpartition(".")[0] not in seen_here) or module == "sys.path":
+                    found.append((name, node.lineno, f"imports {module}"))  # `from a.b import c`: a.b, not a.b.c
+                    seen_here.add(module)
                 elif name.startswith("bench/") and module.split(".")[0] == "experiments":
                     found.append((name, node.lineno, f"bench imports {module}"))
             if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys":
@@ -111,7 +209,7 @@ def main_modules(repo: Path = REPO) -> list[str]:
 
 
 def test_bench_and_experiments_import_no_stage_or_cli_and_leave_sys_path_alone():
-    offending = room_offences(set(stage_modules().values()) | ENTRY_POINTS)
+    offending = room_offences()
     assert not offending, ("bench/ and experiments/ use the libraries (a stage runs as `python -m gpt1 <stage>`), "
                            f"import as packages and bench imports no study: {'; '.join(offending)}")
 
@@ -126,12 +224,14 @@ def test_the_room_checks_find_a_stage_the_cli_sys_path_and_bench_importing_a_stu
         (tmp_path / room).mkdir()
         (tmp_path / room / "__init__.py").write_text("")
     (tmp_path / "bench" / "fine.py").write_text(
-        "import sys\nfrom gpt1 import layout\nfrom bench.common import REPO\n\n\ndef main():\n    print(sys.argv)\n")
+        "import sys\nfrom gpt1.pipeline import layout\nfrom bench.common import REPO\n\n\n"
+        "def main():\n    print(sys.argv)\n")
     (tmp_path / "bench" / "bad.py").write_text("import sys\nsys.path.insert(0, '.')\nfrom experiments import study\n")
     (tmp_path / "experiments" / "study.py").write_text(
-        "from bench.common import REPO\nfrom gpt1 import pretrain\n\n\ndef main():\n    from gpt1.cli.main import main\n")
+        "from bench.common import REPO\nfrom gpt1.stages import pretrain\n\n\n"
+        "def main():\n    from gpt1.cli.main import main\n")
     (tmp_path / "experiments" / "other.py").write_text("from sys import path\nimport gpt1.report.stage\n")
-    assert room_offences({"gpt1.stages.pretrain", "gpt1.report.stage", "gpt1.cli.main"}, tmp_path) == [
+    assert room_offences(repo=tmp_path) == [
         "bench/bad.py:2: sys.path", "bench/bad.py:3: bench imports experiments",
         "bench/bad.py:3: bench imports experiments.study", "experiments/other.py:1: imports sys.path",
         "experiments/other.py:2: imports gpt1.report.stage", "experiments/study.py:2: imports gpt1.stages.pretrain",
