@@ -123,15 +123,27 @@ def test_slugs_follow_github():
 
 
 def design_tree(text: str) -> list[str]:
-    """The module paths of DESIGN.md's package tree (the indented block after its heading), in order."""
-    section = text.split("## Package: one module per concern", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^ {6}([\w/]+\.py) ", section, re.M)
+    """The module paths below gpt1/ of DESIGN.md's package tree (the indented block after its heading), in order: a
+    line `name/` opens a folder, the lines indented below it are its files."""
+    section = text.split("## Package: one folder per layer", 1)[1].split("\n## ", 1)[0]
+    paths, folders = [], []  # folders: (indent, "name/") of the open folders
+    for indent, name in re.findall(r"^( {6,})(\w+/|\w+\.py)(?: |$)", section, re.M):
+        while folders and folders[-1][0] >= len(indent):
+            folders.pop()
+        if name.endswith("/"):
+            folders.append((len(indent), name))
+        else:
+            paths.append("".join(folder for _, folder in folders) + name)
+    return paths
 
 
 def test_design_names_every_module_once():
+    """Every module of gpt1/ has its line in DESIGN.md's tree, under its folder; a layer folder's empty __init__.py
+    has none."""
     listed = design_tree((REPO / "DESIGN.md").read_text())
     package = REPO / "gpt1"
-    modules = sorted(path.relative_to(package).as_posix() for path in package.rglob("*.py"))
+    modules = sorted(path.relative_to(package).as_posix() for path in package.rglob("*.py")
+                     if not (path.name == "__init__.py" and path.stat().st_size == 0))
     assert sorted(listed) == modules, (f"DESIGN.md's module tree lacks {sorted(set(modules) - set(listed))}, "
                                        f"names no module {sorted(set(listed) - set(modules))}")
     assert len(listed) == len(set(listed)), "DESIGN.md's module tree names a module twice"
