@@ -369,7 +369,7 @@ def test_a_paper_table_column_that_is_no_report_is_refused() -> None:
 
     assert [c.key for c in make_columns("table2", {"columns": [{"key": "rte", "label": "RTE"}]})] == ["rte"]
     with pytest.raises(ReportError, match=r"key 'tables\.table2\.columns' names 'rtee', which is not a report of "
-                                          r"gpt1/tasks\.py \(valid: "):
+                                          r"gpt1/data/tasks\.py \(valid: "):
         make_columns("table2", {"columns": [{"key": "rtee", "label": "RTE"}]})
 
 
