@@ -161,6 +161,7 @@ def test_transfer_keeps_embeddings_and_the_first_k_blocks() -> None:
 
 
 def test_heads_is_a_library_module() -> None:
-    stages = {"pretrain", "finetune", "encode_task", "zeroshot", "layers", "report", "tracking", "config", "cli"}
-    assert gpt1_imports("heads").isdisjoint(stages)
-    assert not any(name.split(".")[0] == "mlflow" for name in imports("heads"))
+    stages = {"stages", "pretrain", "finetune", "encode_task", "zeroshot", "layers", "report", "tracking", "config",
+              "cli"}
+    assert gpt1_imports("modeling.heads").isdisjoint(stages)
+    assert not any(name.split(".")[0] == "mlflow" for name in imports("modeling.heads"))

@@ -94,6 +94,7 @@ def test_batching_with_right_padding_matches_one_at_a_time(kind):
 
 
 def test_scoring_is_a_library_module() -> None:
-    stages = {"pretrain", "finetune", "encode_task", "zeroshot", "layers", "report", "tracking", "config", "cli"}
-    assert gpt1_imports("scoring").isdisjoint(stages)
-    assert not any(name.split(".")[0] == "mlflow" for name in imports("scoring"))
+    stages = {"stages", "pretrain", "finetune", "encode_task", "zeroshot", "layers", "report", "tracking", "config",
+              "cli"}
+    assert gpt1_imports("evaluation.scoring").isdisjoint(stages)
+    assert not any(name.split(".")[0] == "mlflow" for name in imports("evaluation.scoring"))
