@@ -176,10 +176,10 @@ def test_the_section_counts_only_its_own_graph_breaks(monkeypatch: pytest.Monkey
 
     from torch._dynamo.utils import counters
 
-    from bench.gpu.finetune_speed import dynamo_counters, section_counters
+    from bench.gpu.finetune_speed import dynamo_snapshot, section_counters
 
     monkeypatch.setitem(counters, "graph_break", Counter({"earlier break": 7}))
-    before = dynamo_counters()
+    before = dynamo_snapshot()
     assert section_counters(before)["graph_breaks"] == 0
     counters["graph_break"]["the section's break"] += 2
     counts = section_counters(before)

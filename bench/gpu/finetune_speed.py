@@ -267,23 +267,23 @@ def graph_shape(ctx: Context, cfg: GPTConfig, finetune: dict[str, Any], task: st
             "graphs_warmup_s": found["warmup_ms"]["graphs"] * batches / 1e3, **found}
 
 
-def dynamo_counters(since: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What says whether the graphs ran as meant: graph breaks, and the times Inductor skipped CUDA graphs. Counted
-    from `since` (an earlier return): Dynamo's counters are the process's, and a process that compiled before (a
-    test suite) must not lend its breaks to this section."""
-    from collections import Counter
-
+def dynamo_snapshot() -> dict[str, Any]:
+    """Dynamo's counters now: they are the process's, so a section counts from a snapshot taken at its start (a
+    process that compiled before, a test suite, must not lend its breaks to the section)."""
     from torch._dynamo.utils import counters
 
-    breaks = Counter(counters["graph_break"]) - Counter((since or {}).get("break_counts", {}))
-    skips = counters["inductor"].get("cudagraph_skips", 0) - (since or {}).get("cudagraph_skips", 0)
-    return {"graph_breaks": sum(breaks.values()), "cudagraph_skips": skips, "break_reasons": sorted(breaks)[:5],
-            "break_counts": dict(counters["graph_break"])}
+    return {"breaks": dict(counters["graph_break"]), "skips": counters["inductor"].get("cudagraph_skips", 0)}
 
 
 def section_counters(before: dict[str, Any]) -> dict[str, Any]:
-    """The section's own counts, without the running totals kept to subtract from."""
-    return {key: value for key, value in dynamo_counters(before).items() if key != "break_counts"}
+    """What says whether the graphs ran as meant, since `before`: graph breaks, and the times Inductor skipped CUDA
+    graphs."""
+    from collections import Counter
+
+    now = dynamo_snapshot()
+    breaks = Counter(now["breaks"]) - Counter(before["breaks"])
+    return {"graph_breaks": sum(breaks.values()), "cudagraph_skips": now["skips"] - before["skips"],
+            "break_reasons": sorted(breaks)[:5]}
 
 
 def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
@@ -294,7 +294,7 @@ def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
     finetune = load_config(REPO / "params.yaml", "gpu").section("finetune")
     all_shapes = shapes(ctx, cfg, finetune["batch_size"] if ctx.cuda else CPU_EXAMPLES)
     found: dict[str, Any] = {}
-    before = dynamo_counters()
+    before = dynamo_snapshot()
     for task in GRAPH_ORDER:
         if deadline - time.monotonic() < LEAST_SHAPE_SECONDS:
             found[task] = {"skipped": f"the section's {GRAPHS_SECONDS:.0f} s were spent"}
