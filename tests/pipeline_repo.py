@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import yaml
@@ -99,31 +98,16 @@ def output_digests(root: Path) -> dict[str, str]:
             for p in sorted(results.rglob("*")) if p.is_file() and p.relative_to(results).parts[0] != "logs"}
 
 
-def other_vendor() -> str | None:
-    """Why this host cannot be held to the committed digests, or None. Issue 42's interim rule: the pinned mode gives
-    AMD and Intel hosts the same bits but for torch's AdamW (measured on an Intel Xeon on 2026-11-27: BENCHMARKS.md
-    "GPU"), so the digests hold on hosts of the vendor that wrote them; the others skip the comparison, saying why."""
-    from gpt1.training.numerics import processor, vendor
-
-    written = json.loads(DIGESTS_HOST.read_text())
-    if vendor() == written["vendor"]:
-        return None
-    return (f"the smoke digests were written on {written['processor']} ({written['vendor']}); this host is "
-            f"{processor()} ({vendor()}), where torch's AdamW updates give other bits (issue 42, BENCHMARKS.md GPU "
-            f"2026-11-27): the comparison runs on {written['vendor']} hosts until that is fixed")
-
-
 def assert_outputs_committed(root: Path, job: str = "") -> None:
-    """`outputs_not_committed` is [], on a host the digests hold for; elsewhere a warning says why not compared."""
-    reason = other_vendor()
-    if reason is not None:
-        warnings.warn(reason, stacklevel=2)
-        return
+    """`outputs_not_committed` is [] on every x86-64 host with AVX2 and FMA, whatever its vendor (the pinned mode:
+    gpt1.training.numerics); a failure names this host's processor, the one that wrote the digests and the first
+    output that differs."""
     differing = outputs_not_committed(root, job)
     from gpt1.training.numerics import processor
 
-    assert differing == [], (f"on {processor()}: {len(differing)} outputs changed, appeared or went missing, the "
-                             f"first {differing[0]}; e.g. {differing[:12]}")
+    written = json.loads(DIGESTS_HOST.read_text())["processor"]
+    assert differing == [], (f"on {processor()} (the digests were written on {written}): {len(differing)} outputs "
+                             f"changed, appeared or went missing, the first {differing[0]}; e.g. {differing[:12]}")
 
 
 def outputs_not_committed(root: Path, job: str = "") -> list[str]:

@@ -101,7 +101,7 @@ def test_lr_warms_up_linearly_from_zero_then_cosine_to_zero() -> None:
     LSTMLM(LSTMConfig(vocab_size=50, n_ctx=8, n_embd=16, hidden_size=24)),
 ])  # fmt: skip
 def test_weight_decay_only_on_matrices(model: torch.nn.Module) -> None:
-    opt = make_optimizer(model, PRETRAIN, fused=False)
+    opt = make_optimizer(model, PRETRAIN, torch.device("cpu"))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == PRETRAIN["weight_decay"] and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}

@@ -82,11 +82,17 @@ from gpt1.modeling.heads import (
 from gpt1.modeling.model import GPT, set_dropout
 from gpt1.pipeline.config import FinetuneSettings
 from gpt1.pipeline.errors import FinetuneError
-from gpt1.training.runtime import autocast, default_device, resolve_compile, resolve_precision, seed_everything
+from gpt1.training.runtime import (
+    adamw,
+    autocast,
+    default_device,
+    resolve_compile,
+    resolve_precision,
+    seed_everything,
+)
 
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
-FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has fused AdamW kernels
 # finetune.cuda_graphs where a profile does not set it: the fast path on CUDA only (a CPU run keeps its bits)
 CUDA_GRAPHS_DEFAULT = "auto"
 # ----------------------------------------------------------------------------------------------------------------
@@ -219,11 +225,8 @@ class Trainer:
         if self.fast is not None:
             self.optimizer, self.scheduler = self.fast.optimizer, None  # the fast path sets its lr tensor itself
         else:
-            # Fused kernels: one AdamW step over the 5.3M parameters of the default model takes 0.2x the time of
-            # the foreach default on one CPU core, and fine-tuning's updates are small (bench/optimizer_step.py).
-            self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=recipe.lr,
-                                               betas=ADAM_BETAS, eps=ADAM_EPS,
-                                               fused=self.device.type in FUSED_ADAMW_DEVICES or None)
+            self.optimizer = adamw(model.param_groups(recipe.weight_decay), self.device, lr=recipe.lr,
+                                   betas=ADAM_BETAS, eps=ADAM_EPS)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda u: linear_lr_factor(u, self.warmup, self.total))
         self.order = torch.Generator().manual_seed(seed)  # batch order: the job's seed, independent of dropout
@@ -365,8 +368,8 @@ class GraphedUpdates:
         self.model, self.recipe, self.device = model, recipe, device
         self.dtype = resolve_precision(recipe.precision, device)
         self.lr = torch.tensor(recipe.lr, dtype=torch.float32, device=device)
-        self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay), lr=self.lr, betas=ADAM_BETAS,
-                                           eps=ADAM_EPS, fused=True, capturable=device.type == "cuda")
+        self.optimizer = adamw(model.param_groups(recipe.weight_decay), device, lr=self.lr, betas=ADAM_BETAS,
+                               eps=ADAM_EPS, capturable=device.type == "cuda")
         compiled = isinstance(model.lm, GPT)
         self.losses = torch.compile(self.graph_losses, **compile_options(device)) if compiled else self.graph_losses
         self.cudagraphs = compiled and device.type == "cuda"

@@ -60,6 +60,7 @@ from gpt1.training.numerics import Numerics, in_effect
 from gpt1.training.resume import Progress, atomic_write, load_checkpoint, run_settings, save_checkpoint
 from gpt1.training.runtime import (
     Runtime,
+    adamw,
     attention_kernels,
     autocast,
     configure_device,
@@ -155,10 +156,10 @@ def make_plan(pretrain: dict[str, Any], n_ctx: int, train_tokens: int, world_siz
 # Model, optimizer, schedule
 
 
-def make_optimizer(model: nn.Module, pretrain: dict[str, Any], fused: bool) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, pretrain: dict[str, Any], device: torch.device) -> torch.optim.AdamW:
     """AdamW with decoupled weight decay on matrices only (param_groups: not biases, not LayerNorm gains)."""
-    return torch.optim.AdamW(model.param_groups(pretrain["weight_decay"]), lr=pretrain["lr"],
-                             betas=tuple(pretrain["betas"]), eps=pretrain["eps"], fused=fused or None)
+    return adamw(model.param_groups(pretrain["weight_decay"]), device, lr=pretrain["lr"],
+                 betas=tuple(pretrain["betas"]), eps=pretrain["eps"])
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
@@ -279,7 +280,7 @@ def build_job(kind: str, model: dict[str, Any], pretrain: dict[str, Any], ids_di
     configure_device(rt.device)
     torch.manual_seed(pretrain["seed"])  # the same initial weights on every process (DDP also broadcasts rank 0's)
     raw = build_model(kind, config).to(rt.device)
-    optimizer = make_optimizer(raw, pretrain, fused=rt.device.type == "cuda")
+    optimizer = make_optimizer(raw, pretrain, rt.device)
     scheduler = make_scheduler(optimizer, pretrain["warmup_steps"], plan.total_steps)
     sampler = WindowSampler(len(splits["train"]), config.n_ctx, pretrain["seed"])
     progress = load_checkpoint(out_dir / layout.RESUME, settings, plan.total_steps, raw, optimizer, scheduler, sampler)

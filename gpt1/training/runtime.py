@@ -1,6 +1,6 @@
 """Where and how the tensors run: the device, data parallelism (DDP under torchrun), precision (autocast), compile,
-attention kernels and seeding. Every stage that trains or scores asks here, so a GPU run and a CPU run differ in
-these functions only.
+attention kernels, the optimizer's kernels and seeding. Every stage that trains or scores asks here, so a GPU run and
+a CPU run differ in these functions only.
 
 A library module: it knows no params.yaml key, no MLflow and no results path (settings come in as arguments).
 """
@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -122,8 +123,24 @@ def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager
     return sdpa_kernel(order, set_priority=True)
 
 
+# Where torch has fused AdamW kernels: every training job takes them there, for the bits as much as the speed. torch's
+# single-tensor AdamW takes its square root through torch.sqrt, which ATen hands to MKL's vector math, whose last
+# bit depends on the processor even under MKL_CBWR=COMPATIBLE (an Intel Xeon and AMD EPYCs differ: issue 42); the
+# fused kernel takes it with the sqrt instruction, IEEE-exact on every x86-64 (tests/test_runtime.py).
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+
+
+def adamw(params: Any, device: torch.device, *, lr: float | torch.Tensor, betas: tuple[float, float], eps: float,
+          capturable: bool = False) -> torch.optim.AdamW:
+    """torch's AdamW with decoupled weight decay (per the param groups), fused where the device has the kernels."""
+    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, capturable=capturable,
+                             fused=device.type in FUSED_ADAMW_DEVICES or None)
+
+
 __all__ = [
+    "FUSED_ADAMW_DEVICES",
     "Runtime",
+    "adamw",
     "attention_backends",
     "attention_kernels",
     "autocast",
