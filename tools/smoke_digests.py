@@ -4,9 +4,9 @@ change that is meant to change results, and committed with it. tests/test_workfl
     .venv/bin/python tools/smoke_digests.py [--work DIR]
 
 Refused where CI is set (a run must never write the digests it is checked against), and it says which outputs moved
-and on which processor they were written: the pinned mode gives every x86-64 host with AVX2 the same bytes
-(gpt1.training.numerics), but for torch's AdamW on Intel against AMD (issue 42): the tests compare with them on hosts of
-the vendor that wrote them (tests/fixtures/smoke_digests_host.json) and say why elsewhere.
+and on which processor they were written (tests/fixtures/smoke_digests_host.json): the pinned mode gives every
+x86-64 host with AVX2 and FMA the same bytes whatever its vendor (gpt1.training.numerics), so the tests compare with
+them on every host and a failure names both processors.
 """
 
 from __future__ import annotations

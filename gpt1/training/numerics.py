@@ -1,6 +1,8 @@
-"""What decides the bits of a CPU run, pinned so that x86-64 hosts with AVX2 and FMA compute the same bytes: shown
-for every operation on two AMD EPYCs (Zen 3 and Zen 5), and for all but torch's AdamW update on an Intel Xeon, where
-that update gives other bits (so whole runs differ between AMD and Intel: issue 42, BENCHMARKS.md "GPU" 2026-11-27).
+"""What decides the bits of a CPU run, pinned so that x86-64 hosts with AVX2 and FMA compute the same bytes whatever
+their vendor: shown for every operation the pipeline runs on two AMD EPYCs (Zen 3 and Zen 5) and an Intel Xeon
+(`tools/numerics_probe.py`, issue 42; BENCHMARKS.md "GPU", 2026-11-27 run 3), the Xeon after AdamW went fused in
+every training stage (`gpt1.training.runtime.adamw`: torch's single-tensor AdamW takes torch.sqrt, MKL's vector math,
+whose last bit is the vendor's).
 
 Measured (`bench/pinning.py`, BENCHMARKS.md "Pinned kernels"): the same training step gives other bits when the
 instruction set of ATen's kernels, of MKL's matrix products or of oneDNN changes, and when the number of threads
