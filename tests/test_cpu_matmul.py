@@ -118,7 +118,8 @@ def test_the_pinned_mode_computes_the_committed_bits_on_this_host(tmp_path, caps
     """tests/fixtures/numerics_probe.json: `tools/numerics_probe.py --mode pinned` on an AMD EPYC (Zen 3, AVX2);
     the same bits on the AMD EPYC of ../shared/reference/numerics-probe and on the GPU machine's Intel Xeon but for
     the three operations that run torch.sqrt, which no stage runs (its `known_differences`; BENCHMARKS.md). A kernel
-    chosen by the host fails here with the operation's name. Then the check itself: one hash changed is refused by name, unless listed for the vendor."""
+    chosen by the host fails here with the operation's name. Then the check itself: one hash changed is refused by
+    name, unless listed for the vendor."""
     fixture = json.loads(FIXTURE.read_text())
     import numpy
 

@@ -7,6 +7,7 @@ the GPU machine would, and reads back what it wrote."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -115,6 +116,7 @@ def test_host_probe_rehearsal_compares_with_the_amd_file_and_the_report_names_ma
     # Provenance, though section a did not run: the machine and the commit
     header = (out / "report.md").read_text().split("## ")[0]
     assert f"CPU {env.cpu_model()}" in header and "no GPU (device cpu)" in header
+    assert f"torch {importlib.metadata.version('torch')};" in header
     assert f"commit: {env.git_commit()} (as prepared)" in header and "unknown" not in header
     assert results["machine"]["commit"] == f"{env.git_commit()} (as prepared)" and results["machine"]["host"]
 

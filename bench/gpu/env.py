@@ -6,6 +6,7 @@ Imports no torch: the orchestrator stays light, and `--device cpu` hides the GPU
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -164,10 +165,22 @@ def gpu_name(device: str) -> str:
     return ", ".join(sorted(set(names.splitlines()))) if names else "a CUDA device (nvidia-smi gave no name)"
 
 
+def package_version(name: str) -> str | None:
+    """An installed package's version from its metadata (importing torch here would cost the orchestrator seconds)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def provenance(ctx: Context) -> dict[str, Any]:
-    """What every report names, whichever sections ran: the machine and the commit."""
-    return {"gpu": gpu_name(ctx.device), "cpu": cpu_model(), "cpus": os.cpu_count(), "host": socket.gethostname(),
-            "commit": commit(ctx.bundle), "python": platform.python_version()}
+    """What every report names, whichever sections ran: the machine, its driver and packages, and the commit."""
+    driver = command_output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader") if ctx.cuda else None
+    found = {"gpu": gpu_name(ctx.device), "cpu": cpu_model(), "cpus": os.cpu_count(), "host": socket.gethostname(),
+             "commit": commit(ctx.bundle), "python": platform.python_version(),
+             "driver": driver.splitlines()[0] if driver else None,
+             "torch": package_version("torch"), "transformers": package_version("transformers")}
+    return {key: value for key, value in found.items() if value}
 
 
 # ----------------------------------------------------------------------------------------------------------------
