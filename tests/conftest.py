@@ -163,8 +163,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 @pytest.fixture(scope="session")
 def server_smoke_run(mlflow_server: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The smoke pipeline's checkout after a run that logged to `mlflow_server`. Shared by the server's tests and by
-    the bit-for-bit test of tests/test_workflow.py, which needs a second whole run anyway."""
-    from pipeline_repo import smoke_repo
+    """The smoke pipeline's checkout after a run that logged to `mlflow_server`: every stage, fine-tuning on the
+    layer-transfer tasks and RTE (its ablations) only (SERVER_RUN_TASKS; CI time: the whole run is
+    tests/test_workflow.py's). Shared by the server's tests and by the bit-for-bit test of tests/test_workflow.py,
+    which compares the jobs both runs made."""
+    from pipeline_repo import SERVER_RUN_TASKS, smoke_repo
 
-    return smoke_repo(tmp_path_factory.mktemp("server-repo"), {"MLFLOW_TRACKING_URI": mlflow_server["uri"]})[0]
+    return smoke_repo(tmp_path_factory.mktemp("server-repo"), {"MLFLOW_TRACKING_URI": mlflow_server["uri"]},
+                      finetune_tasks=SERVER_RUN_TASKS)[0]

@@ -65,13 +65,18 @@ def commit_all(root: Path, env: dict[str, str], message: str) -> None:
     run(["git", "commit", "-q", "-m", message], root, env)
 
 
-def smoke_repo(root: Path, env_extra: dict[str, str] | None = None) -> tuple[Path, dict, str]:
+# The second run's fine-tuning tasks (tests/conftest.py's server_smoke_run): the layer curves' two (whose encode_task
+# jobs the plan names only for fine-tuned tasks) and RTE, which the ablations need
+SERVER_RUN_TASKS = ["mnli", "race", "rte"]
+
+
+def smoke_repo(root: Path, env_extra: dict[str, str] | None = None, **params: object) -> tuple[Path, dict, str]:
     """A checkout in `root` with params.yaml selecting smoke, after one `snakemake --cores 2` from a user's shell
     (the virtual environment not activated: the workflow finds its Python itself); `env_extra` (e.g.
-    MLFLOW_TRACKING_URI) is added to that shell's environment."""
+    MLFLOW_TRACKING_URI) is added to that shell's environment, `params` to params.yaml's top level."""
     env = {**user_env(), **(env_extra or {})}
     # Every task and both variants (each transformation and metric), but one ablation task: CI time.
-    smoke_checkout(root, env, ablation_tasks=["rte"])
+    smoke_checkout(root, env, **{"ablation_tasks": ["rte"], **params})
     log = run([*SNAKEMAKE, "--cores", "2"], root, env)
     return root, env, log
 
