@@ -6,16 +6,36 @@ still leaves what was measured, and the last thing printed is a short table.
     bash bench/gpu_check.sh OUT --sections all         # every section, as far as the budget goes
     bash bench/gpu_check.sh OUT --device cpu           # the rehearsal: the sections at a tiny size on this CPU
 
-bench/gpu_check.sh installs the bundle's wheels where the packages are missing and runs this module, with the
-repository on PYTHONPATH:
+bench/gpu_check.sh installs the bundle's wheels where the packages are missing (into GPT1_GPU_SITE, default
+.gpu-site/ in the repository, git-ignored: an ignored path of the tree is what the GPU machine keeps between two
+calls) and runs this module, with that site, if it exists, then the repository on PYTHONPATH:
 
     python -m bench.gpu_check prepare [--bundle DIR] [--no-wheels] [--gpu-profile] [--sample N] [--book-chars N]
+    python -m bench.gpu_check prepare --dag-results DIR --dag-profile NAME [--dag-set KEY=VALUE ...] [--dag-jobs K]
+                                      [--bundle DIR] [--no-wheels]
     python -m bench.gpu_check run OUT [--device auto|cuda|cpu] [--tiny] [--budget-s S] [--work DIR] [--bundle DIR]
                                       [--sections NAME,...|all]
 
 `prepare` builds gpu/bundle.py's bundle, then adds what travels beside it: probe/ (section h: the shared numerics
 probe, its AMD files and numpy 2.4.6's wheel) and commit.txt (the commit it was prepared at: the GPU machine's copy
 of the tree has no .git). Every report names the machine (GPU, CPU, host) and the commit, whatever ran.
+
+Section i (dag, gpu/dag.py) needs more than one call carries (64 MiB, the tree's ~4 included), so `prepare
+--dag-results` makes its parts (gpu/dag_prepare.py) and three device calls follow one another at once (the machine
+keeps .gpu-site/ only while it stays warm, 30 s idle):
+
+    call A   carry bench/gpu_bundle/wheels, bench/gpu_bundle/dag_wheels, bench/gpu_bundle/commit.txt
+             bash bench/gpu_check.sh --install                  # MLflow & co., Snakemake, DVC into .gpu-site/
+    call A2  carry bench/gpu_bundle/spacy_wheels, bench/gpu_bundle/commit.txt
+             bash bench/gpu_check.sh --install                  # spaCy and ftfy (the `spacy` pre-tokeniser)
+    call B   carry bench/gpu_bundle/dag, bench/gpu_bundle/commit.txt
+             bash bench/gpu_check.sh $OUT --sections hardware,dag
+
+Measured on 2026-11-27: wheels/ 23.0 MiB (47 wheels), dag_wheels/ 16.5 MiB (89), spacy_wheels/ 54.5 MiB (17: blis
+and spaCy's compiled modules, no room beside the others), dag/ of the default profile ~46 MiB (43.4 of data, 8 min
+of xz on 2 busy cores, and 2.7 of the mirror).
+A bundle holding dag's parts is carried by parts in the default sections' call too: its data, wheels, probe,
+lengths.json, manifest.json, commit.txt (and gpu_profile).
 
 Sections (gpu/report.py SECTIONS, in the order they run; each in a child process of its own, killed with its
 children at its time limit). The default, issue 43's:
@@ -32,11 +52,14 @@ Run on an H100 on 2026-11-26, and again when named (or with `all`):
   b+. speed_extra    if time is left: HF compiled, ours with the vocabulary padded to a multiple of 64
   f. pretrain_minutes the gpu profile's own pre-training for ~3 minutes on the mirror's novels (prepare
                      --gpu-profile), stopped with SIGTERM; its loss curve from MLflow into OUT/pretrain_curve.csv
+Run when named (issue 43 item 1, issue 44; skipped where the bundle has no dag/):
+  i. dag             a profile's whole DAG through Snakemake, its model rules K at a time on the GPU, its data
+                     stages carried; jobs, MLflow runs, `dvc status`; OUT/dag.tar.gz
 
 OUT receives at most 8 files (what the device tool brings back): results.json (every record, the probe's JSON
 files among them), report.md (every table), log.txt (bench/gpu_check.sh), profile_step.txt (section b, below 55%
-MFU), stages.tar.gz (section c's small outputs, logs and MLflow store), pretrain_curve.csv (section f). Everything
-else goes to --work (default: a new folder under /tmp).
+MFU), stages.tar.gz (section c's small outputs, logs and MLflow store), pretrain_curve.csv (section f), dag.tar.gz
+(section i's tables, dvc.lock, logs). Everything else goes to --work (default: a new folder under /tmp).
 """
 
 from __future__ import annotations
@@ -60,17 +83,18 @@ RUNS = {"hardware": "bench.gpu.hardware:run", "host_probe": "bench.gpu.host_prob
         "dropout": "bench.gpu.dropout:run", "speed": "bench.gpu.speed:run", "levers": "bench.gpu.levers:run",
         "finetune_speed": "bench.gpu.finetune_speed:run", "finetune_graphs": "bench.gpu.finetune_speed:run_graphs",
         "stages": "bench.gpu.stages:run", "precision": "bench.gpu.precision:run",
-        "speed_extra": "bench.gpu.speed:run_extra", "pretrain_minutes": "bench.gpu.pretrain_minutes:run"}  # fmt: skip
+        "speed_extra": "bench.gpu.speed:run_extra", "pretrain_minutes": "bench.gpu.pretrain_minutes:run",
+        "dag": "bench.gpu.dag:run"}  # fmt: skip
 # What a run without --sections does (issue 43): the sections not yet run on a GPU. The others ran on an H100 on
 # 2026-11-26 (bench/results/gpu_check_2026-11-26_h100) and run again when named, or with `--sections all`.
 DEFAULT = ("hardware", "host_probe", "dropout", "speed", "levers", "finetune_speed", "finetune_graphs")
 # Each section's time limit, seconds (the whole run's budget caps them too)
 LIMITS = {"cuda": {"hardware": 60, "host_probe": 90, "dropout": 120, "speed": 170, "levers": 200,
                    "finetune_speed": 100, "finetune_graphs": 190, "stages": 200, "precision": 100,
-                   "speed_extra": 200, "pretrain_minutes": 330},
+                   "speed_extra": 200, "pretrain_minutes": 330, "dag": 480},
           "cpu": {"hardware": 90, "host_probe": 240, "dropout": 120, "speed": 120, "levers": 120,
                   "finetune_speed": 120, "finetune_graphs": 120, "stages": 420, "precision": 120,
-                  "speed_extra": 30, "pretrain_minutes": 150}}  # fmt: skip
+                  "speed_extra": 30, "pretrain_minutes": 150, "dag": 420}}  # fmt: skip
 # The whole run; on an H100 the install and start-up come on top. The default sections took (a, b, e on 2026-11-26)
 # or are expected to take about 15 + 30 + 75 + 55 + 200 + 30 + 175 s there (b2 and e2 at most their limits); a run
 # of issue 43's new sections alone (--sections hardware,host_probe,dropout,levers,finetune_graphs --budget-s 530)
@@ -90,6 +114,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       "ids for section f (its fetch, clean, bpe and encode: ~35 min on 2 cores; GPT1_DATA_MIRROR)")
     prep.add_argument("--sample", type=int, default=1000, help="examples per task for the token counts")
     prep.add_argument("--book-chars", type=int, default=2_000_000, help="characters of novels for the token counts")
+    prep.add_argument("--dag-results", type=Path, help="section dag's parts instead (gpu/dag_prepare.py): the "
+                      "results/<profile>/ folder whose data stages' outputs travel")
+    prep.add_argument("--dag-profile", help="section dag: the profile those outputs are of")
+    prep.add_argument("--dag-set", action="append", default=[], metavar="KEY=VALUE", help="section dag: a top-level "
+                      "list of params.yaml (finetune_tasks=[rte]) or a setting of the profile (model.n_layer=2)")
+    prep.add_argument("--dag-jobs", type=int, help="section dag: K, the model jobs that share the GPU (default: "
+                      "workflow/profiles/gpu's)")
     run = sub.add_parser("run", help="every section, into OUT")
     run.add_argument("out", type=Path)
     run.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -103,7 +134,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     section = sub.add_parser("section", help="one section (what `run` starts in a child)")
     section.add_argument("name", choices=RUNS)
     section.add_argument("--work", type=Path, required=True)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.command == "prepare" and (args.dag_results is None) != (args.dag_profile is None):
+        parser.error("--dag-results and --dag-profile go together")
+    return args
 
 
 def sections(text: str) -> list[str]:
@@ -188,17 +222,28 @@ def section(args: argparse.Namespace) -> int:
 
 
 def prepare_all(args: argparse.Namespace) -> None:
-    """gpu/bundle.py's bundle, then what travels beside it: the numerics probe (section h) and the commit."""
+    """gpu/bundle.py's bundle, then what travels beside it: the numerics probe (section h) and the commit. With
+    --dag-results, section dag's parts instead (gpu/dag_prepare.py) and the commit. Each size is what one call
+    carries."""
     from bench.gpu import host_probe
-    from bench.gpu.bundle import MAX_BYTES, prepare, size
+    from bench.gpu.bundle import MAX_BYTES, call_size, default_call, prepare
 
     bundle = args.bundle.resolve()
+    if args.dag_results is not None:
+        from bench.gpu import dag_prepare
+
+        dag_prepare.prepare(bundle, args.dag_results.resolve(), args.dag_profile, args.dag_set, args.dag_jobs,
+                            args.wheels)
+        print(f"prepare: commit {write_commit(bundle)}", flush=True)
+        dag_prepare.check_calls(bundle)
+        return
     prepare(bundle, args.wheels, args.sample, args.book_chars, args.gpu_profile)
     print(f"prepare: {host_probe.prepare(bundle, args.wheels)}; commit {write_commit(bundle)}", flush=True)
-    total = size(bundle)
-    print(f"prepare: {bundle}: {total / 2**20:.1f} MiB in all", flush=True)
+    total = call_size(bundle, default_call(bundle))
+    print(f"prepare: {bundle}: {total / 2**20:.1f} MiB in the default sections' call", flush=True)
     if total > MAX_BYTES:
-        raise SystemExit(f"prepare: {bundle} is {total / 2**20:.1f} MiB, over {MAX_BYTES / 2**20:.0f}")
+        raise SystemExit(f"prepare: the default sections' call ({bundle} but section dag's parts) is "
+                         f"{total / 2**20:.1f} MiB, over {MAX_BYTES / 2**20:.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,12 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -43,20 +40,12 @@ def link_venv(root: Path) -> None:
 def smoke_checkout(root: Path, env: dict[str, str], profile: str = "smoke", overrides: tuple[str, ...] = (),
                    **params: object) -> Path:
     """A git + DVC repository in `root` holding the project with params.yaml selecting `profile` (smoke), that
-    profile changed by `overrides` (as `gpt1 --set KEY=VALUE` takes them), then the top-level `params`."""
-    from gpt1.pipeline.config import apply_overrides
+    profile changed by `overrides` (as `gpt1 --set KEY=VALUE` takes them), then the top-level `params`
+    (bench.gpu.checkout, which the GPU check's section dag makes its checkout with too)."""
+    from bench.gpu import checkout
 
-    for name in ("workflow", "gpt1"):
-        shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", "environment.yml", ".gitignore", ".dvcignore"):
-        shutil.copy(REPO / name, root / name)
-    settings = apply_overrides(yaml.safe_load((REPO / "params.yaml").read_text()), profile, list(overrides))
-    settings.update(profile=profile, **params)
-    (root / "params.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    checkout.make(root, env, checkout.params(profile, overrides, params))
     link_venv(root)
-    run(["git", "init", "-q"], root, env)
-    run([*DVC, "init", "-q"], root, env)
-    shutil.copy(REPO / ".dvc" / "config", root / ".dvc" / "config")
     return root
 
 

@@ -3,7 +3,8 @@ GPU runs it, and the pieces that decide what travels to the GPU machine.
 
 The rehearsal (slow, ~2-3 min on 2 cores) builds a quick bundle (`--prepare --no-wheels`: this environment has the
 packages; few examples for the token counts), then runs every section at its tiny CPU size through the script as
-the GPU machine would, and reads back what it wrote."""
+the GPU machine would, and reads back what it wrote. Section dag has a rehearsal of its own (slow): a shrunk smoke
+profile's whole DAG through Snakemake, its data stages made here and carried as on the GPU machine."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 # Every section in the order they run; DEFAULT is what a run without --sections does (issue 43's, then the rest)
 SECTIONS = ["hardware", "host_probe", "dropout", "speed", "levers", "finetune_speed", "finetune_graphs", "stages",
-            "precision", "speed_extra", "pretrain_minutes"]
+            "precision", "speed_extra", "pretrain_minutes", "dag"]
 DEFAULT = SECTIONS[:7]
 
 
@@ -32,9 +33,9 @@ def script_env() -> dict[str, str]:
     return {**env, "GPT1_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
 
 
-def run_script(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], env=script_env(), capture_output=True, text=True,
-                          timeout=timeout)
+def run_script(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], env={**script_env(), **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def test_script_without_an_output_folder_prints_its_usage() -> None:
@@ -158,6 +159,192 @@ def test_bundle_carries_what_the_stages_need_beyond_the_gpu_machines_packages() 
     assert {"torch", "transformers", "numpy", "pyarrow", "huggingface-hub", "typing-extensions"} <= sure
 
 
+def test_dag_wheels_carry_snakemake_dvc_and_spacy_beyond_what_the_machine_has_by_then() -> None:
+    """Section dag's two wheel folders: each what the GPU machine lacks once the calls before it have installed,
+    and no PuLP (the greedy scheduler runs there)."""
+    from bench.gpu.bundle import carried, dag_carried, spacy_carried, sure
+
+    dag, spacy, before = set(dag_carried()), set(spacy_carried()), set(carried()) | sure()
+    assert {"snakemake", "dvc", "dvc-data", "scmrepo", "pygit2", "antlr4-python3-runtime", "connection-pool"} <= dag
+    assert {"spacy", "ftfy", "thinc", "blis", "cymem", "preshed", "srsly"} <= spacy
+    assert "pulp" not in dag | spacy and not dag & before and not spacy & (before | dag)
+
+
+def fake_results(root: Path, tasks: tuple[str, ...] = ("rte",), leave_out: str = "") -> Path:
+    """A results/<profile>/ folder holding a file in each data stage's folder (tasks/<task>/ for `tasks`), but
+    `leave_out`'s."""
+    for folder in ("corpus", "tokenizer", "ids", *(f"tasks/{t}" for t in tasks)):
+        if folder.split("/")[0] != leave_out:
+            (root / folder).mkdir(parents=True)
+            (root / folder / "made.json").write_text(json.dumps({"folder": folder}))
+    return root
+
+
+@pytest.mark.parametrize("missing", ["corpus", "tokenizer", "ids", "tasks", "tasks/rte"])
+def test_dag_prepare_refuses_a_results_folder_lacking_a_data_folder_naming_it(tmp_path: Path, missing: str) -> None:
+    from bench.gpu.dag_prepare import data_entries
+
+    results = fake_results(tmp_path, tasks=("sst2",) if missing == "tasks/rte" else ("rte",),
+                           leave_out=missing.split("/")[0] if missing != "tasks/rte" else "")
+    with pytest.raises(SystemExit, match=f"^prepare: {tmp_path} has no {missing}/"):
+        data_entries(results, ["rte"])
+
+
+def test_dag_prepare_says_in_one_line_which_data_folder_is_missing(tmp_path: Path) -> None:
+    results = fake_results(tmp_path / "results", leave_out="ids")
+    done = run_script("--prepare", "--no-wheels", "--bundle", str(tmp_path / "bundle"), "--dag-results",
+                      str(results), "--dag-profile", "smoke", "--dag-set", "finetune_tasks=[rte]")
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"prepare: {results} has no ids/; --dag-results takes a results/<profile>/ folder holding the data "
+        f"stages' corpus, tokenizer, ids, tasks")
+
+
+def test_dag_manifests_overrides_and_lists_reach_the_checkouts_params(tmp_path: Path) -> None:
+    """--dag-set of a top-level key sets that list, any other the profile's setting; the section's checkout takes
+    both, and git and DVC are initialised in it."""
+    import yaml
+    from pipeline_repo import user_env
+
+    from bench.gpu import dag, dag_prepare
+
+    results = fake_results(tmp_path / "results", tasks=("rte", "sst2"))
+    sets = ["finetune_tasks=[rte]", "ablation_tasks=[rte]", "layer_transfer_tasks=[]", "model.n_layer=3"]
+    manifest = dag_prepare.make_dag(tmp_path / "dag", results, "smoke", sets, None)
+    assert manifest["overrides"] == ["model.n_layer=3"] and manifest["jobs"] == 4  # workflow/profiles/gpu's K
+    assert manifest["params"] == {"finetune_tasks": ["rte"], "ablation_tasks": ["rte"], "layer_transfer_tasks": []}
+    assert set(manifest["files"]) == {"corpus/made.json", "tokenizer/made.json", "ids/made.json",
+                                      "tasks/rte/made.json"}  # not sst2's: no rule makes it in that checkout
+    assert manifest["mirror"] is None  # smoke makes its own data
+    assert dag.checkout_repo(tmp_path / "repo", user_env(), manifest) is True
+    params = yaml.safe_load((tmp_path / "repo" / "params.yaml").read_text())
+    assert params["profile"] == "smoke" and params["finetune_tasks"] == ["rte"] and params["layer_transfer_tasks"] == []
+    assert params["profiles"]["smoke"]["model"]["n_layer"] == 3 != params["profiles"]["default"]["model"]["n_layer"]
+    assert (tmp_path / "repo" / ".dvc" / "config").read_text() == (REPO / ".dvc" / "config").read_text()
+    assert (tmp_path / "repo" / ".git").is_dir() and (tmp_path / "repo" / "workflow" / "Snakefile").is_file()
+
+
+def test_dag_calls_count_only_what_each_carries(tmp_path: Path, monkeypatch) -> None:
+    from bench.gpu import bundle, dag_prepare
+
+    for name, size in (("wheels", 3), ("dag_wheels", 2), ("spacy_wheels", 5), ("dag", 4), ("data", 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part").write_bytes(b"x" * size * 1000)
+    (tmp_path / "commit.txt").write_text("0" * 40 + "\n")
+    assert bundle.default_call(tmp_path) == ["commit.txt", "data", "wheels"]
+    monkeypatch.setattr(bundle, "MAX_BYTES", 6000)
+    assert dag_prepare.check_calls(tmp_path) == {"A": 5041, "A2": 5041, "B": 4041}
+    (tmp_path / "spacy_wheels" / "more").write_bytes(b"x" * 1000)
+    with pytest.raises(SystemExit, match=r"call A2 \(spacy_wheels, commit.txt\) is 0.0 MiB, over 0"):
+        dag_prepare.check_calls(tmp_path)
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "data").is_dir(), reason="the shared data mirror is absent")
+def test_dag_carries_the_mirror_files_the_zeroshot_stage_reads(tiny_data, monkeypatch) -> None:
+    """The zero-shot stage, run against the shared mirror's splits (its rows made up: synthetic), reads the splits
+    dag_prepare carries whole; every other split travels as an empty stand-in."""
+    from types import SimpleNamespace
+
+    from bench.gpu.dag_prepare import zeroshot_splits
+    from gpt1.data.rows import load_examples
+    from gpt1.data.tokenizer import GPT1Tokenizer
+    from gpt1.evaluation.probes import TASK_ORDER
+    from gpt1.stages import zeroshot
+
+    mirror, read = REPO.parent / "shared" / "data", {}
+
+    def load(cfg, name: str, split: str):
+        read.setdefault(name, set()).add(split)
+        return load_examples(name, split, None, max_examples=8, synthetic=True)
+
+    monkeypatch.setattr(zeroshot, "_load", load)
+    tokenizer = GPT1Tokenizer.load(tiny_data.tokenizer)
+    for name in TASK_ORDER:
+        zeroshot.prepare_task(SimpleNamespace(data_mirror=mirror, synthetic=False), tokenizer, name, 16)
+    assert read == zeroshot_splits(mirror)
+    assert read["race"] == {"validation"} and read["cola"] == {"train", "validation"}
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "data").is_dir(), reason="the shared data mirror is absent")
+def test_dag_unpacks_a_mirror_holding_the_shared_mirrors_splits_and_checks_every_file(tmp_path: Path) -> None:
+    """A profile that reads the mirror: what dag carries holds each split the shared mirror holds (what fine-tuning
+    compares), whole where the zero-shot stage reads it, else an empty stand-in; a file unlike the manifest stops."""
+    import time
+
+    from bench.gpu import dag, dag_prepare
+    from bench.gpu.env import Context
+    from gpt1.data.rows import mirror_splits
+    from gpt1.data.tasks import get_task
+
+    mirror, results = REPO.parent / "shared" / "data", fake_results(tmp_path / "results")
+    present = mirror_splits(get_task("rte"), mirror)  # as encode_task records it
+    (results / "tasks" / "rte" / "encoded.json").write_text(json.dumps({"settings": {"source": {"present": present}}}))
+    sets = ["finetune_tasks=[rte]", "ablation_tasks=[rte]", "layer_transfer_tasks=[]"]
+    manifest = dag_prepare.make_dag(tmp_path / "bundle" / "dag", results, "default", sets, 2)
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", bundle=tmp_path / "bundle", device="cpu", tiny=True,
+                  started=time.time(), budget_s=60.0)
+    carried = dag.unpack(ctx, manifest, tmp_path / "repo")
+    assert sorted(p.name for p in (tmp_path / "repo" / "results" / "default").iterdir()) == sorted(dag.DATA)
+    for name in ("rte", "cola", "sst2", "race", "dprd"):
+        assert mirror_splits(get_task(name), carried) == mirror_splits(get_task(name), mirror)
+    high = Path("ehovy", "race", "high")
+    assert (carried / high / "validation.parquet").read_bytes() == (mirror / high / "validation.parquet").read_bytes()
+    assert (carried / high / "train.parquet").stat().st_size == 0 and (mirror / high / "train.parquet").stat().st_size
+    manifest["files"]["tasks/rte/made.json"]["sha256"] = "0" * 64
+    with pytest.raises(RuntimeError, match=r"tar\.xz: tasks/rte/made\.json is [0-9a-f]{64}, the manifest says 0+"):
+        dag.unpack(ctx, manifest, tmp_path / "repo2")
+
+
+def test_dag_without_its_bundle_is_skipped_saying_what_to_prepare(tmp_path: Path) -> None:
+    """`--sections all` names dag too: where no dag/ was carried it is skipped, and the run still succeeds."""
+    done = run_script(str(tmp_path / "out"), "--device", "cpu", "--sections", "dag", "--bundle", str(tmp_path),
+                      "--work", str(tmp_path / "work"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    record = json.loads((tmp_path / "out" / "results.json").read_text())["sections"]["dag"]
+    assert record["status"] == "skipped" and record["summary"].startswith("no dag/ in the bundle: prepare --dag-")
+
+
+def test_install_without_wheels_says_what_to_run_first(tmp_path: Path) -> None:
+    done = run_script("--install", "--bundle", str(tmp_path), env={"GPT1_GPU_SITE": str(tmp_path / "site")})
+    assert done.returncode == 2 and not (tmp_path / "site").exists()
+    assert done.stderr.strip().startswith(f"gpu_check: no wheels in {tmp_path}/wheels, {tmp_path}/dag_wheels or "
+                                          f"{tmp_path}/spacy_wheels; run bash bench/gpu_check.sh --prepare here first")
+
+
+def test_dag_follows_snakemakes_progress_from_its_job_table_then_its_steps() -> None:
+    from bench.gpu.dag import progress
+
+    table = "Job stats:\njob        count\n---------  -------\npretrain   2\nall        1\ntotal      3\n"
+    assert progress("Building DAG of jobs...\n") == {"done": 0, "planned": None}
+    assert progress(table) == {"done": 0, "planned": 3}
+    assert progress(table + "1 of 3 steps (33%) done\n[...]\n2 of 3 steps (67%) done\n") == {"done": 2, "planned": 3}
+
+
+def running(pid: int) -> bool:
+    """Whether a process runs (a zombie, killed but not yet reaped, does not)."""
+    status = Path(f"/proc/{pid}/status")
+    return status.is_file() and "\nState:\tZ" not in status.read_text()
+
+
+def test_dag_stops_snakemake_with_its_jobs(tmp_path: Path, monkeypatch) -> None:
+    """At the section's deadline Snakemake's whole process group goes: its jobs too, even one that ignores SIGTERM."""
+    import time
+
+    from bench.gpu import dag
+
+    monkeypatch.setattr(dag, "STOP_WAIT_S", 1.0)
+    pid_file = tmp_path / "job.pid"
+    child = subprocess.Popen(["sh", "-c", f"sh -c 'trap \"\" TERM; echo $$ > {pid_file}; sleep 60' & wait"],
+                             start_new_session=True)
+    while not pid_file.is_file() or not pid_file.read_text().strip():
+        time.sleep(0.05)
+    job = int(pid_file.read_text())
+    dag.stop(child)
+    deadline = time.monotonic() + 5  # SIGKILL lands at once, its delivery is the kernel's
+    while running(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child.returncode is not None and not running(job)
+
+
 def test_budget_marks_each_speed_measured_or_assumed(tmp_path: Path) -> None:
     from bench import gpu_budget
 
@@ -190,8 +377,9 @@ def present(name: str) -> bool:
         return False
 
 
-# Sections whose rehearsal is a test of its own (the host probe's three, dropout's), left out of the whole run
-REHEARSED_ALONE = ("host_probe", "dropout")
+# Sections whose rehearsal is a test of its own (the host probe's three, dropout's, dag's below), left out of the
+# whole run
+REHEARSED_ALONE = ("host_probe", "dropout", "dag")
 
 
 @pytest.mark.slow
@@ -199,7 +387,7 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, t
     """Every section in one run, but those their own tests above rehearse alone (REHEARSED_ALONE: CI time)."""
     import shutil
 
-    from bench.gpu.report import OUT_FILES, TITLES
+    from bench.gpu.report import DAG_TAR, OUT_FILES, TITLES
 
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     prepared = run_script("--prepare", "--no-wheels", "--bundle", str(bundle), "--sample", "20", "--book-chars",
@@ -216,8 +404,8 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, t
                       "--sections", ",".join(names))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
-    # What comes back from the GPU machine: at most 8 files, every one written
-    assert sorted(p.name for p in out.iterdir()) == sorted(OUT_FILES) and len(OUT_FILES) <= 8
+    # What comes back from the GPU machine: at most 8 files, every one written but section dag's (not run here)
+    assert sorted(p.name for p in out.iterdir()) == sorted(set(OUT_FILES) - {DAG_TAR}) and len(OUT_FILES) <= 8
     sections = json.loads((out / "results.json").read_text())["sections"]
     assert list(sections) == names
     assert {n: s["status"] for n, s in sections.items()} == {**dict.fromkeys(names, "ok"), "speed_extra": "skipped"}
@@ -246,3 +434,61 @@ def test_cpu_rehearsal_runs_every_section_and_prints_the_table(tmp_path: Path, t
     assert table[0] == "| section | status | result | seconds |"
     assert [line.split("|")[1].strip() for line in table[2:-1]] == [f"{TITLES[n][0]}. {n}" for n in names]
     assert (out / "report.md").read_text().rstrip().endswith(table[-1])
+
+
+# Section dag's rehearsal: the smoke profile with one task and one ablation task; no layer runs (the schema allows
+# only mnli and race there, each also to be fine-tuned: [] is the smallest set that plans)
+DAG_LISTS = {"finetune_tasks": ["rte"], "ablation_tasks": ["rte"], "layer_transfer_tasks": []}
+LONG_AGO = 946684800  # 2000-01-01: the data older than the code, as on the GPU machine, whose copy of the tree is new
+
+
+@pytest.mark.slow
+def test_dag_rehearsal_runs_the_whole_dag_through_snakemake_with_the_data_stages_carried(tmp_path: Path) -> None:
+    """The data stages made here by Snakemake, prepared as a bundle and run by section dag through the script as the
+    GPU machine runs it: the data stages only touched, every model job run, DVC clean, MLflow's runs finished, the
+    archive back. PuLP is hidden (the GPU machine has none): a site first on PYTHONPATH whose `pulp` fails."""
+    import tarfile
+
+    from pipeline_repo import SNAKEMAKE, run, smoke_checkout, user_env
+
+    from bench.gpu import checkout, env
+    from gpt1.pipeline.plan import Plan
+
+    made = smoke_checkout(tmp_path / "made", user_env(), **DAG_LISTS)
+    run([*SNAKEMAKE, "--cores", "2", "--until", "encode", "encode_task"], made, user_env())
+    results = made / "results" / "smoke"
+    for path in results.rglob("*"):
+        os.utime(path, (LONG_AGO, LONG_AGO))
+    bundle, out, site = tmp_path / "bundle", tmp_path / "out", tmp_path / "site"
+    sets = [f"--dag-set={key}={json.dumps(value)}" for key, value in DAG_LISTS.items()]
+    prepared = run_script("--prepare", "--no-wheels", "--bundle", str(bundle), "--dag-results", str(results),
+                          "--dag-profile", "smoke", *sets)
+    assert prepared.returncode == 0, prepared.stdout[-2000:] + prepared.stderr[-2000:]
+    site.mkdir()
+    (site / "pulp.py").write_text("raise ImportError('no PuLP on the GPU machine')\n")
+    done = run_script(str(out), "--device", "cpu", "--sections", "dag", "--bundle", str(bundle), "--work",
+                      str(tmp_path / "work"), env={"GPT1_GPU_SITE": str(site)})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+    record = json.loads((out / "results.json").read_text())["sections"]["dag"]
+    data = record["data"]
+    assert record["status"] == "ok", record
+    # `snakemake --touch` with the data's files as targets: their five jobs marked done, none run
+    assert data["touched"] == {"fetch": 1, "clean": 1, "bpe": 1, "encode": 1, "encode_task": 1}
+    plan = Plan.from_params(checkout.params("smoke", top=DAG_LISTS))
+    model_jobs = len(plan.finetune_runs()) + len(plan.layer_runs()) + 2 * len(plan.pretrain_models)  # zero-shot's too
+    assert data["snakemake"]["done"] == data["snakemake"]["planned"] == model_jobs + 3  # report, dvc_commit, all
+    assert data["rules"]["finetune"]["jobs"] == 2 and data["rules"]["dvc_commit"]["jobs"] == 1
+    assert not {"fetch", "clean", "bpe", "encode", "encode_task"} & set(data["rules"])
+    assert data["dvc_status"] == {} and data["jobs"] == 4 and data["git"] is True
+    runs = data["mlflow"]["runs"]
+    assert {"pretrain-gpt", "pretrain-lstm", "finetune", "zeroshot", "report"} <= set(runs)
+    assert {s for statuses in runs.values() for s in statuses} == {"FINISHED"} and len(runs["finetune"]) == 4
+
+    with tarfile.open(out / "dag.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"results/smoke/tables/table2.md", "results/smoke/tables/table5.md", "results/smoke/metrics.json",
+            "dvc.lock", "params.yaml", "pipeline_times.md"} <= names
+    assert not [n for n in names if n.endswith((".safetensors", ".pt"))]
+    header = (out / "report.md").read_text().split("## ")[0]
+    assert f"CPU {env.cpu_model()}" in header and f"commit: {env.git_commit()} (as prepared)" in header

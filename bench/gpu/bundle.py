@@ -10,6 +10,10 @@ travels to the GPU machine (`carry`; it ignores itself through its own .gitignor
                  versions; bench/gpu_check.sh installs them with `pip --no-index --no-deps --target`
     manifest.json what was made, with which settings and sizes
 
+`prepare --dag-results DIR --dag-profile NAME` makes section dag's parts instead (gpu/dag_prepare.py): dag/ (a
+profile's data-stage outputs), dag_wheels/ (Snakemake's and DVC's closure) and spacy_wheels/ (the `spacy`
+pre-tokeniser's), each carried by a device call of its own (DAG_PARTS; bench/gpu_check.py's docstring).
+
 Options: --no-wheels (the rehearsal in an environment that has the packages), --sample and --book-chars (fewer
 examples and characters for the token counts: the test's quick bundle).
 """
@@ -17,8 +21,10 @@ examples and characters for the token counts: the test's quick bundle).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +34,8 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.env import PARAMS, PROFILE, REPO, SMALL, TASKS, with_repo, write_json
+from bench.gpu.env import PARAMS, PROFILE, SMALL, TASKS, with_repo, write_json
+from bench.gpu.env import mirror as data_mirror
 
 MAX_BYTES = 58 * 2**20  # of the 64 MiB that travel, the repository takes ~4 (wheels ~23, gpu_profile/ ~26)
 # What the stages import beyond what the GPU machine is sure to have: the roots whose dependency closure, less what
@@ -63,6 +70,18 @@ TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platfo
           "platform_python_implementation": "CPython", "extra": ""}
 PLATFORMS = [*(f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34)), "manylinux2014_x86_64",
              "manylinux1_x86_64"]
+NO_WHEEL = re.compile(r"No matching distribution found for ([A-Za-z0-9_.-]+)==")  # pip's words for an sdist only
+# Section dag (gpu/dag.py): the roots of dag_wheels/, Snakemake and DVC, which run the DAG there; of spacy_wheels/,
+# what the `spacy` pre-tokeniser imports (the smoke, default and gpu-minutes profiles' tokenizers: zero-shot's probes
+# and the report's samples encode text on the GPU machine). Not pulp: Snakemake's ILP scheduler's; dag runs the
+# greedy one.
+DAG_ROOTS = ("snakemake", "dvc")
+SPACY_ROOTS = ("spacy", "ftfy")
+NOT_CARRIED = frozenset({"pulp"})
+# What a device call carries (`carry`: 64 MiB a call, the repository's ~4 included). Section dag's parts, each too
+# large to share a call with the others, travel in calls of their own (bench/gpu_check.py's docstring); every other
+# entry of the bundle in the call of the default sections.
+DAG_PARTS = ("dag", "dag_wheels", "spacy_wheels")
 
 
 def normal(name: str) -> str:
@@ -114,7 +133,7 @@ def make_data(data: Path) -> None:
 
 def make_lengths(bundle: Path, sample: int, book_chars: int) -> str:
     """bench/gpu_budget.py's token counts on the mirror, saved; or why not."""
-    mirror = Path(os.environ.get("GPT1_DATA_MIRROR", REPO.parent / "shared" / "data"))
+    mirror = data_mirror()
     if not mirror.is_dir():
         return f"no lengths.json: no data mirror at {mirror} (set GPT1_DATA_MIRROR)"
     args = [sys.executable, "-m", "bench.gpu_budget", "--profile", "gpu", "--sample", str(sample),
@@ -168,19 +187,80 @@ def pip() -> list[str]:
     raise SystemExit("prepare: no pip to download the wheels with; set GPT1_PIP")
 
 
+@functools.cache
+def sure() -> frozenset[str]:
+    """What the GPU machine has for sure: what BASE needs here AND the image is said to hold."""
+    return frozenset(closure(BASE)) & ON_GPU
+
+
+@functools.cache
 def carried() -> dict[str, str]:
     """What wheels/ holds: ROOTS and what they need, less what is there for sure (see BASE)."""
-    return closure(ROOTS, leave_out=frozenset(closure(BASE)) & ON_GPU)
+    return closure(ROOTS, leave_out=sure())
+
+
+@functools.cache
+def dag_carried() -> dict[str, str]:
+    """What dag_wheels/ holds: DAG_ROOTS and what they need, less what is there for sure, what wheels/ carries and
+    NOT_CARRIED."""
+    return closure(DAG_ROOTS, leave_out=sure() | frozenset(carried()) | NOT_CARRIED)
+
+
+def spacy_carried() -> dict[str, str]:
+    """What spacy_wheels/ holds: SPACY_ROOTS and what they need, less what the GPU machine has by then."""
+    return closure(SPACY_ROOTS, leave_out=sure() | frozenset(carried()) | frozenset(dag_carried()) | NOT_CARRIED)
+
+
+def built_wheel(dest: Path, name: str, version: str) -> Path | None:
+    """The wheel of `name` `version` in `dest`, if there is one (a wheel's file name spells the name its own way)."""
+    for path in dest.glob("*.whl"):
+        parts = path.name.split("-")
+        if normal(parts[0]) == name and parts[1] == version:
+            return path
+    return None
+
+
+def build(name: str, version: str, dest: Path) -> Path:
+    """A wheel of a package PyPI has only as an sdist, built here (`pip wheel --no-deps`); it must be pure Python,
+    the only kind that installs on the GPU machine's Python whatever builds it."""
+    done = subprocess.run([*pip(), "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dest), f"{name}=={version}"],
+                          capture_output=True, text=True)
+    wheel = built_wheel(dest, name, version)
+    if done.returncode != 0 or wheel is None:
+        raise SystemExit(f"prepare: pip wheel {name}=={version} failed: {done.stderr[-2000:]}")
+    if not wheel.name.endswith("-none-any.whl"):
+        raise SystemExit(f"prepare: {wheel.name} is not pure Python; the GPU machine cannot install it")
+    return wheel
+
+
+def download(wanted: dict[str, str], dest: Path) -> list[str]:
+    """cp312 manylinux wheels of `wanted` (name -> version) into `dest`; a package PyPI has no wheel of (an sdist
+    only: antlr4-python3-runtime 4.9.3 and connection-pool 0.0.3, which DVC and Snakemake need) is built instead.
+    Returns the names built. pip stops at the first package it finds no wheel of: each such one is set aside and
+    the download run again."""
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    binary, built = dict(wanted), []
+    while binary:
+        args = [*pip(), "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+                "--implementation", "cp", *platforms, "--dest", str(dest), *(f"{n}=={v}" for n, v in binary.items())]
+        done = subprocess.run(args, capture_output=True, text=True)
+        if done.returncode == 0:
+            break
+        missing = [normal(name) for name in NO_WHEEL.findall(done.stderr) if normal(name) in binary]
+        if not missing:
+            raise SystemExit(f"prepare: pip download failed: {done.stderr[-3000:]}")
+        for name in missing:
+            built.append(name)
+            del binary[name]
+    for name in built:
+        build(name, wanted[name], dest)
+    return built
 
 
 def make_wheels(wheels: Path) -> dict[str, str]:
+    """wheels/: what `carried()` names."""
     wanted = carried()
-    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    args = [*pip(), "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-            "--implementation", "cp", *platforms, "--dest", str(wheels), *(f"{n}=={v}" for n, v in wanted.items())]
-    done = subprocess.run(args, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"prepare: pip download failed: {done.stderr[-3000:]}")
+    download(wanted, wheels)
     return wanted
 
 
@@ -190,6 +270,23 @@ def make_wheels(wheels: Path) -> dict[str, str]:
 
 def size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def call_size(bundle: Path, names: list[str] | tuple[str, ...]) -> int:
+    """Bytes of the bundle's entries `names` that exist: what one device call carries of it."""
+    paths = [bundle / name for name in names if (bundle / name).exists()]
+    return sum(size(path) if path.is_dir() else path.stat().st_size for path in paths)
+
+
+def default_call(bundle: Path) -> list[str]:
+    """The entries the default sections' call carries: every one but section dag's parts."""
+    return sorted(path.name for path in bundle.iterdir() if path.name not in DAG_PARTS)
+
+
+def ignored(bundle: Path) -> None:
+    """The bundle's folder, git-ignored by a .gitignore of its own (it is made, not committed)."""
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / ".gitignore").write_text("# made by bench/gpu_check.sh --prepare; carried to the GPU machine\n*\n")
 
 
 def make_gpu_profile(folder: Path) -> None:
@@ -217,17 +314,16 @@ def prepare(bundle: Path, wheels: bool, sample: int, book_chars: int, gpu_profil
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    bundle.mkdir(parents=True, exist_ok=True)
-    (bundle / ".gitignore").write_text("# made by bench/gpu_check.sh --prepare; carried to the GPU machine\n*\n")
+    ignored(bundle)
     make_data(bundle / "data")
     lengths = make_lengths(bundle, sample, book_chars)
     packages = make_wheels(bundle / "wheels") if wheels else {}
     if gpu_profile:
         make_gpu_profile(bundle / "gpu_profile")
     manifest = {"small": list(SMALL), "profile": PROFILE, "tasks": TASKS, "lengths": lengths, "wheels": packages,
-                "bytes": {p.name: size(p) if p.is_dir() else p.stat().st_size for p in bundle.iterdir()}}
+                "bytes": {name: call_size(bundle, [name]) for name in default_call(bundle)}}
     write_json(bundle / "manifest.json", manifest)
-    total = size(bundle)
+    total = call_size(bundle, default_call(bundle))
     print(json.dumps(manifest["bytes"]), f"\nprepare: {bundle}: {total / 2**20:.1f} MiB; {lengths}; "
           f"{len(packages)} wheels")
     if total > MAX_BYTES:

@@ -94,6 +94,11 @@ class Context:
         return cls(**{k: Path(values[k]) if k in ("out", "work", "bundle") else v for k, v in values.items()})
 
 
+def mirror() -> Path:
+    """The data mirror on this machine: GPT1_DATA_MIRROR, else ../shared/data (bench.common's, which imports torch)."""
+    return Path(os.environ.get("GPT1_DATA_MIRROR", REPO.parent / "shared" / "data"))
+
+
 def write_json(path: Path, data: Any) -> None:
     """Whole or not at all: a reader (or a time-out) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,11 @@ RESULTS, REPORT, LOG = "results.json", "report.md", "log.txt"
 PROFILE_TABLE = "profile_step.txt"  # section b, when ours is under 55% MFU (and always on the CPU)
 STAGES_TAR = "stages.tar.gz"  # section c
 CURVE_CSV = "pretrain_curve.csv"
-OUT_FILES = (RESULTS, REPORT, LOG, PROFILE_TABLE, STAGES_TAR, CURVE_CSV)
+DAG_TAR = "dag.tar.gz"  # section dag: the DAG's tables, records of DVC and Snakemake, logs
+OUT_FILES = (RESULTS, REPORT, LOG, PROFILE_TABLE, STAGES_TAR, CURVE_CSV, DAG_TAR)
 
 # (record name, letter, title) in the order they run: issue 43's sections first (a GPU's time may run out), then
-# those that ran on an H100 on 2026-11-26 (run when named, or with --sections all)
+# those that ran on an H100 on 2026-11-26 and section dag (issues 43 item 1 and 44), run when named (or with all)
 SECTIONS = (
     ("hardware", "a", "GPU, driver, torch; measured bf16 matmul peak and copy bandwidth"),
     ("host_probe", "h", "the GPU machine's CPU: the numerics probe's hashes in each mode against the AMD files"),
@@ -35,6 +36,7 @@ SECTIONS = (
     ("precision", "d", "numerics: CPU fp32 against GPU fp32, TF32 and bf16; two identical GPU pre-trainings"),
     ("speed_extra", "b+", "if time allows: HF compiled, ours with the vocabulary padded to a multiple of 64"),
     ("pretrain_minutes", "f", "the gpu profile's pre-training for minutes on the mirror's novels: its loss curve"),
+    ("dag", "i", "a profile's whole DAG through Snakemake, K model jobs sharing the GPU: jobs, MLflow runs, DVC"),
 )
 TITLES = {name: (letter, title) for name, letter, title in SECTIONS}
 

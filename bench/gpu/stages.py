@@ -172,13 +172,14 @@ def verify_export(out: Path, pretrained: Path, device: str) -> dict[str, Any]:
     return {"max_abs_logit_delta_vs_ours": delta}
 
 
-def mlflow_runs(ctx: Context) -> dict[str, Any]:
-    """The runs the stages logged (stage -> statuses) and the registered model versions."""
+def mlflow_runs(store: Path) -> dict[str, Any]:
+    """The runs the stages logged in the sqlite file `store` (stage -> statuses) and the registered model versions
+    (section dag reads its checkout's store so too)."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{ctx.work / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{store}")
     experiment = client.get_experiment_by_name("gpt1")
-    runs = client.search_runs([experiment.experiment_id], max_results=200) if experiment else []
+    runs = client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
     stages: dict[str, list[str]] = {}
     for run in runs:
         stages.setdefault(run.data.tags.get("gpt1.stage", "?"), []).append(run.info.status)
@@ -286,7 +287,7 @@ def run(ctx: Context) -> None:
     done = run_all(ctx, later_jobs(ctx, folder, pretrained), max(60.0, ctx.remaining() - 20))
     how = checks(ctx, folder, pretrained)
     record.update(jobs={name: verified(finished, how[name]) for name, finished in done.items()})
-    record.update(mlflow=mlflow_runs(ctx), archive_bytes=archive(ctx, folder))
+    record.update(mlflow=mlflow_runs(ctx.work / "mlflow.db"), archive_bytes=archive(ctx, folder))
     kinds = {f"finetune-{t}": k for k, t in TASKS.items()} | {n: "uninterrupted" for n in twins(ctx)}
     rows = [[name, kinds.get(name, ""), f"{job['seconds']:.0f}", job["status"], short(job)]
             for name, job in record.data["jobs"].items()]
