@@ -314,9 +314,13 @@ def test_dag_follows_snakemakes_progress_from_its_job_table_then_its_steps() -> 
     from bench.gpu.dag import progress
 
     table = "Job stats:\njob        count\n---------  -------\npretrain   2\nall        1\ntotal      3\n"
-    assert progress("Building DAG of jobs...\n") == {"done": 0, "planned": None}
-    assert progress(table) == {"done": 0, "planned": 3}
-    assert progress(table + "1 of 3 steps (33%) done\n[...]\n2 of 3 steps (67%) done\n") == {"done": 2, "planned": 3}
+    assert progress("Building DAG of jobs...\n") == {"done": 0, "planned": None, "failed": {}}
+    assert progress(table) == {"done": 0, "planned": 3, "failed": {}}
+    steps = table + "1 of 3 steps (33%) done\n[...]\n2 of 3 steps (67%) done\n"
+    assert progress(steps) == {"done": 2, "planned": 3, "failed": {}}
+    # the first DAG on an H100 (2026-11-27): jobs of one rule failed; with --keep-going the others go on
+    errors = "".join(f"Error in rule ablation_lstm:\n    message: None\n    jobid: {n}\n" for n in (44, 54, 56))
+    assert progress(steps + errors)["failed"] == {"ablation_lstm": 3}
 
 
 def running(pid: int) -> bool:

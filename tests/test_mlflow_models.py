@@ -4,6 +4,7 @@ and an experiment that opens on its runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+import torch
 from conftest import TinyData, tiny_config
 from mlflow.tracking import MlflowClient
 
@@ -179,3 +181,34 @@ def test_text_log_prob_predicts_every_token_after_the_first_once() -> None:
     assert count == len(ids) - 1
     assert total == pytest.approx(expected, abs=1e-4)
     assert text_log_prob(model, ids[:1]) == (0, 0.0)  # one token: nothing to predict
+
+
+def flatten_into_one_buffer(module: torch.nn.Module) -> None:
+    """Make every parameter a view of one flat buffer, as cuDNN's flatten_parameters leaves an LSTM's on a GPU."""
+    params = list(module.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    offset = 0
+    for p in params:
+        p.data = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+
+
+@pytest.mark.parametrize("kind", ["gpt", "lstm"])
+def test_a_task_model_whose_weights_share_one_buffer_saves_and_loads_the_same(kind: str, tmp_path: Path) -> None:
+    """The first whole DAG on an H100 (2026-11-27) failed in every LSTM fine-tuning: safetensors' save_model refuses
+    cuDNN's flattened weights. The same layout made on the CPU saves, and loads back to the same tensors."""
+    from safetensors.torch import load_model
+
+    from gpt1.modeling.checkpoints import model_config
+    from gpt1.pipeline.mlflow_task_model import build_task_model, save_task_model, task_model_meta
+
+    config = model_config(kind, tiny_config().section("model"), vocab_size=64)
+    meta = {"task": "rte", "variant": "pretrained", "kind": kind, "model": dataclasses.asdict(config),
+            "clf_dropout": 0.1}
+    model, _ = build_task_model(meta)
+    flatten_into_one_buffer(model.lm.lstm if kind == "lstm" else model)
+    artifacts = save_task_model(model, task_model_meta(model, "rte", "pretrained", 0.1), tmp_path)
+    loaded, _ = build_task_model(json.loads(Path(artifacts["meta"]).read_text()))
+    load_model(loaded, artifacts["weights"])
+    for (name, want), (_, got) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert torch.equal(want, got), name

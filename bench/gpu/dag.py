@@ -11,9 +11,10 @@ it, its model rules sharing the GPU through Snakemake's `gpu` resource, K jobs a
    outputs moved into results/<profile>/; `snakemake --touch` on them marks the data stages done (they cannot run
    there: no mirror, no hub; the copied code is newer than the data, so Snakemake would plan them). A profile that
    reads a mirror gets the carried part of it as GPT1_DATA_MIRROR: the zero-shot stage reads it.
-3. `snakemake --cores <all> --scheduler greedy --config device=<cuda|cpu> --resources gpu=<K>` (greedy: the ILP
-   scheduler needs PuLP, not carried), with this Python for the stages, the carried site first on PYTHONPATH, the
-   checkout's own MLflow store; stopped at the section's time left. The record follows it as jobs finish.
+3. `snakemake --cores <all> --scheduler greedy --keep-going --config device=<cuda|cpu> --resources gpu=<K>` (greedy:
+   the ILP scheduler needs PuLP, not carried; --keep-going: one device call shows every job that fails), with this
+   Python for the stages, the carried site first on PYTHONPATH, the checkout's own MLflow store; stopped at the
+   section's time left. The record follows it as jobs finish, and names the rules of failed jobs.
 4. Recorded: Snakemake's exit code, wall seconds, jobs done of planned ("N of M steps"), each rule's jobs and span
    (bench/pipeline_times.py on its log), K, `dvc status` (the workflow's last rule runs `dvc commit`: `{}`
    expected), the MLflow runs of the checkout's store by status and stage; OUT/dag.tar.gz holds the tables,
@@ -47,6 +48,7 @@ from bench.gpu.report import DAG_TAR, Record, md_table
 
 STEPS = re.compile(r"^(\d+) of (\d+) steps", re.M)  # Snakemake's progress line
 PLANNED = re.compile(r"^total\s+(\d+)$", re.M)  # the last line of its "Job stats" table
+FAILED = re.compile(r"^Error in rule (\S+):$", re.M)
 NOTHING = "Nothing to be done"
 # Modules the DAG imports beyond the stages' (bench/gpu_check.sh checks those): Snakemake and DVC always, spaCy and
 # ftfy for a profile whose tokenizer pre-tokenises with spaCy
@@ -158,8 +160,13 @@ def progress(text: str) -> dict[str, int | None]:
     steps = STEPS.findall(text)
     planned = PLANNED.search(text)
     if steps:
-        return {"done": int(steps[-1][0]), "planned": int(steps[-1][1])}
-    return {"done": 0, "planned": int(planned.group(1)) if planned else None}
+        return {"done": int(steps[-1][0]), "planned": int(steps[-1][1]), "failed": failed_rules(text)}
+    return {"done": 0, "planned": int(planned.group(1)) if planned else None, "failed": failed_rules(text)}
+
+
+def failed_rules(text: str) -> dict[str, int]:
+    """Jobs that failed, per rule (Snakemake's "Error in rule NAME:" blocks)."""
+    return dict(collections.Counter(FAILED.findall(text)))
 
 
 def stop(child: subprocess.Popen) -> None:
@@ -176,8 +183,8 @@ def stop(child: subprocess.Popen) -> None:
 def snakemake(ctx: Context, repo: Path, env: dict[str, str], jobs: int, deadline: float,
               record: Record) -> dict[str, Any]:
     """The whole DAG, until `deadline` (time.monotonic()); the record follows it every POLL_S."""
-    args = [sys.executable, "-m", "snakemake", "--cores", str(os.cpu_count()), "--scheduler", "greedy", "--config",
-            f"device={ctx.device}", "--resources", f"gpu={jobs}"]
+    args = [sys.executable, "-m", "snakemake", "--cores", str(os.cpu_count()), "--scheduler", "greedy", "--keep-going",
+            "--config", f"device={ctx.device}", "--resources", f"gpu={jobs}"]
     log = ctx.work / "logs" / "dag-snakemake.log"
     record.update(command=" ".join(["python -m snakemake", *args[3:]]))
     tick = time.perf_counter()
@@ -294,6 +301,8 @@ def summary(data: dict[str, Any]) -> str:
     ran, statuses = data["snakemake"], data["mlflow"]["by_status"]
     dvc = "clean" if data["dvc_status"] == {} else "NOT clean"
     end = "stopped at the section's limit" if ran["stopped"] else f"exit {ran['returncode']}"
+    if ran["failed"]:
+        end += " (failed: " + ", ".join(f"{rule} {n}" for rule, n in ran["failed"].items()) + ")"
     return (f"{data['profile']}: {ran['done']} of {ran['planned']} jobs in {ran['seconds']:.0f} s, {end}, K = "
             f"{data['jobs']}; dvc status {dvc}; MLflow runs " + (", ".join(f"{n} {s}" for s, n in statuses.items())
                                                                  or "none"))

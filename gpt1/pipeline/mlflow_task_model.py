@@ -87,13 +87,14 @@ def build_task_model(meta: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def save_task_model(model: Any, meta: dict[str, Any], folder: Path) -> dict[str, str]:
-    """Write the weights (tied tensors once) and the meta record; return them as pyfunc artifacts."""
-    from safetensors.torch import save_model
-
+    """Write the weights (tied tensors once, as checkpoints write them: on a GPU cuDNN's LSTM keeps its weights as
+    views of one flat buffer, which safetensors' save_model refuses) and the meta record; return them as pyfunc
+    artifacts."""
+    from gpt1.modeling.checkpoints import save_weights
     from gpt1.pipeline.files import write_json
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(folder / WEIGHTS))
+    save_weights(model, folder / WEIGHTS)
     write_json(folder / TASK_META, meta)
     return {"weights": str(folder / WEIGHTS), "meta": str(folder / TASK_META)}
 
