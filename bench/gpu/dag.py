@@ -57,6 +57,8 @@ MARGIN_S = 40.0  # after Snakemake: its stop, dvc status, MLflow's store read, t
 POLL_S = 5.0
 STOP_WAIT_S = 15.0  # Snakemake's own clean-up after SIGTERM before the group is killed
 TAR_LIMIT = 15 * 2**20
+# results/<profile>/ entries the archive keeps (no weights): the default profile's come to ~1.6 MiB gzipped
+MODEL_OUTPUTS = ("finetune", "analyses", "pretrain", "tables", "figures", "metrics.json", "logs")
 
 
 def section_seconds(ctx: Context) -> float:
@@ -239,16 +241,24 @@ def mlflow_summary(repo: Path) -> dict[str, Any]:
     return {"runs": found["runs"], "by_status": dict(statuses), "registered_versions": found["registered_versions"]}
 
 
+def without_weights(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    name = Path(member.name)
+    return None if name.suffix == ".safetensors" or name.name == "snapshots" else member
+
+
 def archive(ctx: Context, repo: Path, profile: str, log: Path | None) -> int:
-    """OUT/dag.tar.gz: the tables, metrics.json and the jobs' logs of results/<profile>/, dvc.lock, params.yaml,
-    Snakemake's log of the run and its times table; no weights. Its bytes (0: over TAR_LIMIT, left out)."""
+    """OUT/dag.tar.gz: of results/<profile>/ what the model stages made but their weights (the fine-tuning jobs'
+    metrics and predictions, so that `gpt1 compare` tests the run against another paired; the analyses, pre-training's
+    records and curves, the tables and figures, metrics.json, the jobs' logs), dvc.lock, params.yaml, Snakemake's log
+    of the run and its times table. Its bytes (0: over TAR_LIMIT, left out)."""
     results = repo / "results" / profile
     path = ctx.out / DAG_TAR
+    kept = (*(results / name for name in MODEL_OUTPUTS), repo / "dvc.lock", repo / "params.yaml",
+            *((log,) if log else ()))
     with tarfile.open(path, "w:gz") as tar:
-        for item in (results / "tables", results / "metrics.json", results / "logs", repo / "dvc.lock",
-                     repo / "params.yaml", *((log,) if log else ())):
+        for item in kept:
             if item.exists():
-                tar.add(item, arcname=str(item.relative_to(repo)))
+                tar.add(item, arcname=str(item.relative_to(repo)), filter=without_weights)
         if log is not None:
             times = ctx.work / "pipeline_times.md"
             times.write_text(pipeline_times.table(log) + "\n")

@@ -63,7 +63,7 @@ FANOUT_THREADS = PINNED_THREADS or 1
 PRETRAIN_THREADS = PINNED_THREADS or max(1, CORES // len(config["pretrain_models"]))
 ENV = "../envs/gpt1.yaml"
 # The model rules' share of a GPU: with `device: cuda` each takes one slot of Snakemake's standard `gpu` resource, so
-# `--resources gpu=K` (workflow/profiles/gpu: K = 4) lets K model jobs share one device while the data stages use
+# `--resources gpu=K` (workflow/profiles/gpu: K = 8) lets K model jobs share one device while the data stages use
 # the cores; with auto or cpu, none (a job on the CPU holds no GPU).
 GPU_SLOTS = 1 if config["device"] == "cuda" else 0
 
