@@ -229,26 +229,41 @@ def test_snakemake_dry_run_plans_the_whole_gpu_profile(tmp_path, profile):
 
 
 def test_the_gpu_workflow_profile_gives_each_model_job_one_gpu_slot_and_the_data_stages_none(tmp_path):
-    """`snakemake --profile workflow/profiles/gpu` (device: cuda, four slots of the `gpu` resource): every model
-    job of the default DAG holds one slot, no data job any; with the default device none holds one."""
+    """`snakemake --profile workflow/profiles/gpu` (device: cuda, K slots of the `gpu` resource, 2 `gpu_mem_units`):
+    every model job of the default DAG holds one slot, no data job any, and the jobs that need much of the device's
+    memory hold units; with the default device none holds either."""
     root = workspace(tmp_path, "default")
-    slots = {}
+    slots, units, out_gpu = {}, {}, ""
     for name, args in {"gpu": ["--profile", "workflow/profiles/gpu"], "auto": ["--cores", "2"]}.items():
         out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *args], cwd=root, capture_output=True,
                              text=True)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        out_gpu = out_gpu or out.stdout
         slots[name] = job_gpu_slots(out.stdout)
+        units[name] = job_resource(out.stdout, "gpu_mem_units")
     model = {"pretrain", "finetune", "ablation_no_aux", "ablation_lstm", "layers", "zeroshot", "report"}
     assert {rule for rule, gpu in slots["gpu"].items() if gpu == {1}} == model
     assert all(gpu == {0} for rule, gpu in slots["gpu"].items() if rule not in model | {"all", "dvc_commit"})
     assert all(gpu <= {0} for gpu in slots["auto"].values())
+    # memory: a pre-training holds 1 of the profile's 2 gpu_mem_units, a RACE job both, every other job none
+    assert units["gpu"]["pretrain"] == {1} and units["gpu"]["finetune"] == {0, 2} and units["gpu"]["layers"] == {0, 2}
+    assert {rule for rule, held in units["gpu"].items() if held - {0}} == {"pretrain", "finetune", "layers"}
+    assert all(held <= {0} for held in units["auto"].values())
+    race = re.findall(r"rule finetune:\n(?:[^\n]+\n)*?\s+wildcards: task=(\w+)[^\n]*\n\s+resources:[^\n]*"
+                      r"\bgpu_mem_units=(\d+)", out_gpu)
+    assert race and all((task == "race") == (held == "2") for task, held in race)
+
+
+def job_resource(dry_run_output: str, name: str) -> dict[str, set[int]]:
+    """rule -> the values of resource `name` its planned jobs hold (0 where a job names none)."""
+    found: dict[str, set[int]] = {}
+    for block in dry_run_output.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        match = re.search(rf"resources:[^\n]*\b{name}=(\d+)", block)
+        found.setdefault(rule, set()).add(int(match.group(1)) if match else 0)
+    return found
 
 
 def job_gpu_slots(dry_run_output: str) -> dict[str, set[int]]:
     """rule -> the `gpu` resource values its planned jobs hold (0 where a job names none)."""
-    found: dict[str, set[int]] = {}
-    for block in dry_run_output.split("\nrule ")[1:]:
-        rule = block.split(":", 1)[0].strip()
-        match = re.search(r"resources:[^\n]*\bgpu=(\d+)", block)
-        found.setdefault(rule, set()).add(int(match.group(1)) if match else 0)
-    return found
+    return job_resource(dry_run_output, "gpu")

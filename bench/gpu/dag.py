@@ -11,10 +11,11 @@ it, its model rules sharing the GPU through Snakemake's `gpu` resource, K jobs a
    outputs moved into results/<profile>/; `snakemake --touch` on them marks the data stages done (they cannot run
    there: no mirror, no hub; the copied code is newer than the data, so Snakemake would plan them). A profile that
    reads a mirror gets the carried part of it as GPT1_DATA_MIRROR: the zero-shot stage reads it.
-3. `snakemake --cores <all> --scheduler greedy --keep-going --config device=<cuda|cpu> --resources gpu=<K>` (greedy:
-   the ILP scheduler needs PuLP, not carried; --keep-going: one device call shows every job that fails), with this
-   Python for the stages, the carried site first on PYTHONPATH, the checkout's own MLflow store; stopped at the
-   section's time left. The record follows it as jobs finish, and names the rules of failed jobs.
+3. `snakemake --cores <all> --scheduler greedy --keep-going --config device=<cuda|cpu> --resources gpu=<K>
+   gpu_mem_units=2` (workflow/profiles/gpu's GPU resources; greedy: the ILP scheduler needs PuLP, not carried;
+   --keep-going: one device call shows every job that fails), with this Python for the stages, the carried site first
+   on PYTHONPATH, the checkout's own MLflow store; stopped at the section's time left. The record follows it as jobs
+   finish, and names the rules of failed jobs.
 4. Recorded: Snakemake's exit code, wall seconds, jobs done of planned ("N of M steps"), each rule's jobs and span
    (bench/pipeline_times.py on its log), K, `dvc status` (the workflow's last rule runs `dvc commit`: `{}`
    expected), the MLflow runs of the checkout's store by status and stage; OUT/dag.tar.gz holds the tables,
@@ -42,7 +43,7 @@ from typing import Any
 
 from bench import pipeline_times
 from bench.gpu import checkout
-from bench.gpu.dag_prepare import DAG, DATA, DATA_TAR, MANIFEST, MIRROR, sha256
+from bench.gpu.dag_prepare import DAG, DATA, DATA_TAR, MANIFEST, MIRROR, gpu_resources, sha256
 from bench.gpu.env import REPO, Context
 from bench.gpu.report import DAG_TAR, Record, md_table
 
@@ -186,7 +187,7 @@ def snakemake(ctx: Context, repo: Path, env: dict[str, str], jobs: int, deadline
               record: Record) -> dict[str, Any]:
     """The whole DAG, until `deadline` (time.monotonic()); the record follows it every POLL_S."""
     args = [sys.executable, "-m", "snakemake", "--cores", str(os.cpu_count()), "--scheduler", "greedy", "--keep-going",
-            "--config", f"device={ctx.device}", "--resources", f"gpu={jobs}"]
+            "--config", f"device={ctx.device}", "--resources", *gpu_resources(jobs)]
     log = ctx.work / "logs" / "dag-snakemake.log"
     record.update(command=" ".join(["python -m snakemake", *args[3:]]))
     tick = time.perf_counter()

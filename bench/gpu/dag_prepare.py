@@ -52,6 +52,13 @@ def default_jobs() -> int:
     return int(yaml.safe_load(GPU_PROFILE_CONFIG.read_text())["resources"]["gpu"])
 
 
+def gpu_resources(jobs: int) -> list[str]:
+    """`--resources` for section dag: workflow/profiles/gpu's GPU resources (`gpu` as K = `jobs`, `gpu_mem_units`),
+    not its mem_mb: the GPU's bound the model jobs there."""
+    resources = yaml.safe_load(GPU_PROFILE_CONFIG.read_text())["resources"]
+    return [f"{name}={jobs if name == 'gpu' else value}" for name, value in resources.items() if name != "mem_mb"]
+
+
 def split_sets(sets: list[str]) -> tuple[tuple[str, ...], dict[str, Any]]:
     """--dag-set KEY=VALUE: a key params.yaml has at its top level (finetune_tasks, ablation_tasks, ...) sets that
     value; any other is an override relative to the profile. Returns (the overrides, the top-level values)."""

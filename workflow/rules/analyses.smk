@@ -60,6 +60,7 @@ rule layers:
     resources:
         mem_mb=4000,
         gpu=GPU_SLOTS,
+        gpu_mem_units=gpu_mem_units,
     params:
         profile=PROFILE,
         settings=settings("layers"),

@@ -66,6 +66,21 @@ ENV = "../envs/gpt1.yaml"
 # `--resources gpu=K` (workflow/profiles/gpu: K = 8) lets K model jobs share one device while the data stages use
 # the cores; with auto or cpu, none (a job on the CPU holds no GPU).
 GPU_SLOTS = 1 if config["device"] == "cuda" else 0
+# What K slots cannot say: a few jobs need much of the device's memory. Estimated (~34 * n_embd bytes of activations
+# per token and layer under bf16 autocast, fp32 logits and their gradient for the auxiliary LM, 16 bytes a weight;
+# docs/operations.md#the-whole-dag-on-one-gpu) at the paper's model: a RACE job, a batch of 32 x 4 answers whose
+# contexts fill n_ctx = 512, ~49 GB; a pre-training, 64 x 512 tokens, ~25 GB (the GPT) and ~16 GB (the LSTM); every
+# other task's batches a few GB. So they also hold units of the `gpu_mem_units` resource (workflow/profiles/gpu: 2):
+# a pre-training 1, a RACE job 2, so that two RACE jobs, or one beside a pre-training, never share an 80 GB device.
+GPU_MEM_UNITS_TASKS = ("race",)
+
+
+def gpu_mem_units(wildcards):
+    """A model job's units of the `gpu_mem_units` resource: 2 for a RACE job, 1 for a pre-training, else 0."""
+    if not GPU_SLOTS:
+        return 0
+    task = getattr(wildcards, "task", None)
+    return 2 if task in GPU_MEM_UNITS_TASKS else 1 if task is None and hasattr(wildcards, "model") else 0
 
 
 def data_mirror():

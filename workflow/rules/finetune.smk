@@ -52,6 +52,7 @@ rule finetune:
     resources:
         mem_mb=4000,
         gpu=GPU_SLOTS,
+        gpu_mem_units=gpu_mem_units,
     params:
         profile=PROFILE,
         settings=settings("finetune"),

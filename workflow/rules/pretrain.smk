@@ -27,6 +27,7 @@ rule pretrain:
     resources:
         mem_mb=8000,
         gpu=GPU_SLOTS,
+        gpu_mem_units=gpu_mem_units,
     params:
         profile=PROFILE,
         settings=settings("pretrain"),
