@@ -53,6 +53,10 @@ def z_score(a: tuple[float, float | None], b: tuple[float, float | None]) -> flo
     return (b[0] - a[0]) / spread if spread > 0 else None
 
 
+def cell_text(value: float, se: float | None) -> str:
+    return f"{value:.1f}" + (f" ± {se:.1f}" if se is not None else "")
+
+
 def verdict(difference: float, p: float) -> str:
     return ("+" if difference > 0 else "-") if p < ALPHA else "n.s."
 
@@ -67,8 +71,7 @@ def render(a_rows: list[dict[str, str]], b_rows: list[dict[str, str]], names: tu
         (va, sa), (vb, sb) = a_cells[key], b_cells[key]
         z = z_score(a_cells[key], b_cells[key])
         zs += [z] if z is not None else []
-        show = [f"{va:.1f}" + (f" ± {sa:.1f}" if sa is not None else ""), f"{vb:.1f}" + (f" ± {sb:.1f}" if sb else "")]
-        lines.append(f"| {' | '.join(key)} | {' | '.join(show)} | {vb - va:+.1f} | "
+        lines.append(f"| {' | '.join(key)} | {cell_text(va, sa)} | {cell_text(vb, sb)} | {vb - va:+.1f} | "
                      + (f"{z:+.2f}" if z is not None else "-") + " |")
     beyond = [z for z in zs if abs(z) > BEYOND]
     rms = math.sqrt(sum(z * z for z in zs) / len(zs)) if zs else float("nan")
