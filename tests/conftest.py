@@ -171,3 +171,30 @@ def server_smoke_run(mlflow_server: dict, tmp_path_factory: pytest.TempPathFacto
 
     return smoke_repo(tmp_path_factory.mktemp("server-repo"), {"MLFLOW_TRACKING_URI": mlflow_server["uri"]},
                       finetune_tasks=SERVER_RUN_TASKS)[0]
+
+
+# Test files that share the session's MLflow-server smoke run (tests/test_workflow.py compares its bytes with its own
+# run): under pytest-xdist they go to one worker, which makes that run once.
+SERVER_RUN_FILES = frozenset({"test_mlflow_server.py", "test_workflow.py"})
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The worker unit of `pytest -n N --dist loadgroup`: a test file (its module fixtures made once), or the files
+    of SERVER_RUN_FILES together."""
+    return "server-run" if item.path.name in SERVER_RUN_FILES else item.path.name
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test in its xdist group, and the groups holding a `slow` test (the pipelines, minutes each) first: the
+    scheduler hands out groups in this order, so the long ones start at once and short files fill in beside them,
+    rather than one long file starting last while the other worker idles."""
+    slow_groups = {xdist_group(item) for item in items if item.get_closest_marker("slow")}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    # stable: the order within a group holds; the server run's group, the longest (~20 min on 2 cores), leads
+    items.sort(key=lambda item: (xdist_group(item) != "server-run", xdist_group(item) not in slow_groups))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core, at most 4: a worker's pipeline tests hold 2-3 GB and run jobs on 2 cores each."""
+    return max(1, min(4, os.cpu_count() or 1))

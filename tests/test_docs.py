@@ -28,7 +28,7 @@ MIRROR = REPO.parent / "shared" / "data"
 # The two commands at the top of the README, exactly: CI (.ci/run) runs the second.
 FIRST_COMMANDS = [
     "./setup.sh && GPT1_DATA_MIRROR=../shared/data .venv/bin/snakemake --cores all",
-    "./setup.sh && .venv/bin/python -m pytest -q",
+    "./setup.sh && .venv/bin/python -m pytest -q -n auto",
 ]
 # Programs the README may run that are not the project's: nothing of theirs to check here.
 EXTERNAL = {"git", "nvidia-smi", "export", "cd", "eval", "apt-get", "uv", "mlflow", "torchrun", "curl"}
@@ -321,5 +321,5 @@ def test_readme_command_is_valid(command: Command, tmp_path: Path):
 def test_the_readme_commands_are_found():
     """The parser sees the commands the README shows: the two at the top and the profile ones."""
     seen = {str(c) for c in COMMANDS}
-    assert {"./setup.sh", ".venv/bin/snakemake --cores all", ".venv/bin/python -m pytest -q"} <= seen
+    assert {"./setup.sh", ".venv/bin/snakemake --cores all", ".venv/bin/python -m pytest -q -n auto"} <= seen
     assert any(c.program == "snakemake" and "profile=smoke" in c.args for c in COMMANDS)
