@@ -176,25 +176,41 @@ def server_smoke_run(mlflow_server: dict, tmp_path_factory: pytest.TempPathFacto
 # Test files that share the session's MLflow-server smoke run (tests/test_workflow.py compares its bytes with its own
 # run): under pytest-xdist they go to one worker, which makes that run once.
 SERVER_RUN_FILES = frozenset({"test_mlflow_server.py", "test_workflow.py"})
+SERVER_RUN = "the MLflow server's smoke run"
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The worker unit of `pytest -n N --dist loadgroup`: a test file (its module fixtures made once), or the files
-    of SERVER_RUN_FILES together."""
-    return "server-run" if item.path.name in SERVER_RUN_FILES else item.path.name
+def worker_unit(nodeid: str) -> str:
+    """What one pytest-xdist worker runs whole (`pytest -n N`): a test file, so that its module fixtures are made
+    once, or the files of SERVER_RUN_FILES together."""
+    path = nodeid.split("::", 1)[0]
+    return SERVER_RUN if Path(path).name in SERVER_RUN_FILES else path
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test in its xdist group, and the groups holding a `slow` test (the pipelines, minutes each) first: the
-    scheduler hands out groups in this order, so the long ones start at once and short files fill in beside them,
-    rather than one long file starting last while the other worker idles."""
-    slow_groups = {xdist_group(item) for item in items if item.get_closest_marker("slow")}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-    # stable: the order within a group holds; the server run's group, the longest (~20 min on 2 cores), leads
-    items.sort(key=lambda item: (xdist_group(item) != "server-run", xdist_group(item) not in slow_groups))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Hand out worker_unit's units, in the collection's order (pytest_collection_modifyitems puts the long ones
+    first). xdist's own `--dist loadgroup` cannot say it under pytest 9.2: it renames the tests through an attribute
+    that pytest no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkerUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_unit(nodeid)
+
+    config.option.loadscopereorder = False  # xdist's default puts the units with the most tests first
+    return ByWorkerUnit(config, log)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: a worker per core, at most 4: a worker's pipeline tests hold 2-3 GB and run jobs on 2 cores each."""
     return max(1, min(4, os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The units holding a `slow` test (pipelines, minutes each) first, the server run's (the longest, ~20 min on 2
+    cores) leading: a worker takes the next unit when it is nearly done, so the long ones start at once and short
+    files fill in beside them, rather than a long one starting last while the other worker idles. The sort is stable:
+    the order within a unit holds."""
+    slow = {worker_unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (worker_unit(item.nodeid) != SERVER_RUN, worker_unit(item.nodeid) not in slow))
