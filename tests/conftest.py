@@ -87,8 +87,17 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
 
 @pytest.fixture(scope="session")
 def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One sqlite store for the session: creating a store costs seconds, so tests share it."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    """One sqlite store for the session: creating a store costs seconds, so tests share it. Its experiment is made
+    here with its artifacts beside the store: made by a stage, they would land in the working folder of whichever
+    test ran first (under `pytest -n`, another one per worker and per run), among the files that test reads."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    folder = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    experiment = yaml.safe_load(PARAMS.read_text())["mlflow"]["experiment"]
+    MlflowClient(uri).create_experiment(experiment, artifact_location=(folder / "artifacts").as_uri())
+    return uri
 
 
 @pytest.fixture
