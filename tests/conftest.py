@@ -174,52 +174,36 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 def server_smoke_run(mlflow_server: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The smoke pipeline's checkout after a run that logged to `mlflow_server`: every stage, fine-tuning on the
     layer-transfer tasks and RTE (its ablations) only (SERVER_RUN_TASKS; CI time: the whole run is
-    tests/test_workflow.py's). Shared by the server's tests and by the bit-for-bit test of tests/test_workflow.py,
-    which compares the jobs both runs made."""
+    tests/test_workflow.py's). tests/test_mlflow_server.py holds it to the server and to the committed bytes."""
     from pipeline_repo import SERVER_RUN_TASKS, smoke_repo
 
     return smoke_repo(tmp_path_factory.mktemp("server-repo"), {"MLFLOW_TRACKING_URI": mlflow_server["uri"]},
                       finetune_tasks=SERVER_RUN_TASKS)[0]
 
 
-# Test files that share the session's MLflow-server smoke run (tests/test_workflow.py compares its bytes with its own
-# run): under pytest-xdist they go to one worker, which makes that run once.
-SERVER_RUN_FILES = frozenset({"test_mlflow_server.py", "test_workflow.py"})
-SERVER_RUN = "the MLflow server's smoke run"
-
-
-def worker_unit(nodeid: str) -> str:
-    """What one pytest-xdist worker runs whole (`pytest -n N`): a test file, so that its module fixtures are made
-    once, or the files of SERVER_RUN_FILES together."""
-    path = nodeid.split("::", 1)[0]
-    return SERVER_RUN if Path(path).name in SERVER_RUN_FILES else path
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Hand out worker_unit's units, in the collection's order (pytest_collection_modifyitems puts the long ones
-    first). xdist's own `--dist loadgroup` cannot say it under pytest 9.2: it renames the tests through an attribute
-    that pytest no longer reads."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByWorkerUnit(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return worker_unit(nodeid)
-
-    config.option.loadscopereorder = False  # xdist's default puts the units with the most tests first
-    return ByWorkerUnit(config, log)
+# Under `pytest -n` a worker runs whole files (pyproject.toml: `--dist loadfile`), handed out in the collection's
+# order. The longest files, longest first (each 10-20 min of a worker in CI on 2 cores: `--durations`), go before
+# the rest, one to each worker, so that none starts late while the other workers have run dry.
+LONGEST_FIRST = ("test_workflow.py", "test_gpu_check.py", "test_mlflow_server.py", "test_faults.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: a worker per core, at most 4: a worker's pipeline tests hold 2-3 GB and run jobs on 2 cores each."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """`-n auto`: a worker more than the cores, at most 4 (a worker's pipeline tests hold 2-3 GB): with a worker per
+    core, CI on 2 cores kept 1.57 of them busy (74 CPU-minutes in 47 minutes of tests), the tests waiting on their
+    servers, child processes and the disk the rest of the time."""
+    return max(2, min(4, (os.cpu_count() or 1) + 1))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The units holding a `slow` test (pipelines, minutes each) first, the server run's (the longest, ~20 min on 2
-    cores) leading: a worker takes the next unit when it is nearly done, so the long ones start at once and short
-    files fill in beside them, rather than a long one starting last while the other worker idles. The sort is stable:
-    the order within a unit holds."""
-    slow = {worker_unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (worker_unit(item.nodeid) != SERVER_RUN, worker_unit(item.nodeid) not in slow))
+    """The longest files (LONGEST_FIRST) first, then the others holding a `slow` test (pipelines, minutes each),
+    then the rest: a worker takes the next unit when it is nearly done, so the long ones start at once and short
+    files fill in beside them, rather than a long one starting last while the other workers idle. The sort is
+    stable: the order within a unit holds."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        name = item.path.name
+        return (LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST), item.path not in slow)
+
+    items.sort(key=rank)

@@ -1,5 +1,5 @@
-"""The suite on several cores (`pytest -n auto`, the README's test command): a worker runs a test file whole, the two
-files of the MLflow server's smoke run together, and the files with pipelines start first."""
+"""The suite on several cores (`pytest -n auto`, the README's test command): a worker more than the cores, each
+running test files whole, the longest files and those with pipelines handed out first."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SERVER_RUN, worker_unit
+import conftest
+import pytest
 
 TESTS = Path(__file__).resolve().parent
+PYPROJECT = TESTS.parent / "pyproject.toml"
 # Each test writes down which worker ran it and when it started
 PROBE = """
 import json, os, time
@@ -29,31 +31,32 @@ def test_it(n):
 """
 
 
-def test_a_worker_unit_is_a_file_or_the_server_runs_two_files() -> None:
-    assert worker_unit("tests/test_workflow.py::test_lint_is_clean") == SERVER_RUN
-    assert worker_unit("tests/test_mlflow_server.py::test_down_stops_both_servers") == SERVER_RUN
-    assert worker_unit("tests/test_dag.py::test_x[smoke]") == "tests/test_dag.py"
+@pytest.mark.parametrize(("cores", "workers"), [(1, 2), (2, 3), (3, 4), (16, 4)])
+def test_auto_starts_a_worker_more_than_the_cores_and_at_most_four(monkeypatch, cores: int, workers: int) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert conftest.pytest_xdist_auto_num_workers(None) == workers
 
 
-def test_two_workers_run_each_file_whole_and_the_server_runs_files_together(tmp_path: Path) -> None:
-    files = {"test_a.py": "", "test_b.py": "", "test_mlflow_server.py": "", "test_workflow.py": "",
-             "test_z.py": "pytestmark = pytest.mark.slow"}
+def test_two_workers_run_each_file_whole_the_longest_and_slow_ones_first(tmp_path: Path) -> None:
+    longest = conftest.LONGEST_FIRST[0]
+    files = {"test_a.py": "", "test_b.py": "", longest: "", "test_z.py": "pytestmark = pytest.mark.slow"}
     for name, mark in files.items():
         (tmp_path / name).write_text(PROBE.format(mark=mark))
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PROBE_OUT": str(out), "PYTHONPATH": str(TESTS)}
-    # The repository's conftest as a plugin, so these files are scheduled as the suite's are
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "conftest", "-p", "no:cacheprovider",
-                           "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
+    # The repository's pytest options (`--dist loadfile`) and its conftest as a plugin, so these files are
+    # scheduled as the suite's are
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-c", str(PYPROJECT), "--rootdir",
+                           str(tmp_path), "-p", "conftest", "-p", "no:cacheprovider", "-W",
+                           "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     records = [json.loads(p.read_text()) for p in out.glob("*.json")]
     assert len(records) == 3 * len(files)
     workers = {name: {r["worker"] for r in records if r["file"] == name} for name in files}
     assert all(len(w) == 1 for w in workers.values()), workers
-    assert workers["test_mlflow_server.py"] == workers["test_workflow.py"]
     first = {name: min(r["start"] for r in records if r["file"] == name) for name in files}
-    # The server run's files and the slow file are the first two units handed out, one to each worker
-    assert workers["test_z.py"] != workers["test_workflow.py"]
-    assert max(first["test_z.py"], first["test_mlflow_server.py"]) < min(first["test_a.py"], first["test_b.py"])
+    # The longest file and the slow one are the first two units handed out, one to each worker
+    assert workers["test_z.py"] != workers[longest]
+    assert max(first["test_z.py"], first[longest]) < min(first["test_a.py"], first["test_b.py"])

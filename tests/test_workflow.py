@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from pipeline_repo import (
     REPO,
-    SERVER_RUN_TASKS,
     assert_outputs_committed,
     commit_all,
     link_venv,
@@ -24,37 +23,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     return smoke_repo(tmp_path_factory.mktemp("repo"))
-
-
-@pytest.fixture(scope="module")
-def second_smoke_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The smoke pipeline run again from nothing, in another folder, every stage but fine-tuning only on
-    SERVER_RUN_TASKS: when the session runs the tests marked `postgres` (so their server starts anyway), the run
-    tests/test_mlflow_server.py logs to that MLflow server on PostgreSQL (that tracking store is another difference
-    the bytes must not see); else, or where the server cannot start, that run with the default store. So
-    `-m "not postgres"` starts no PostgreSQL."""
-    if any(item.get_closest_marker("postgres") for item in request.session.items):
-        try:
-            return request.getfixturevalue("server_smoke_run")
-        except pytest.skip.Exception:
-            pass
-    return smoke_repo(tmp_path_factory.mktemp("again"), finetune_tasks=SERVER_RUN_TASKS)[0]
-
-
-# What the report writes from every job of the plan: the second run plans fewer, so these differ by design
-REPORT_OUTPUTS = ("tables/", "metrics.json", "dvc_commit.done")
-
-
-def test_a_second_run_in_a_fresh_folder_gives_the_same_bytes(smoke_run, second_smoke_run):
-    """Bit-for-bit reproducible on CPU: every output of the second run from nothing (data, both pre-trainings, the
-    fine-tuning jobs of three tasks and RTE's ablations, zero-shot, layers, the figures) has the first run's bytes.
-    The first run's every output is held to the committed digests (the next test)."""
-    first = output_digests(smoke_run[0])
-    second = {k: v for k, v in output_digests(second_smoke_run).items() if not k.startswith(REPORT_OUTPUTS)}
-    assert len(second) > 60 and second.keys() <= first.keys(), sorted(second.keys() - first.keys())[:12]
-    assert {k.split("/")[1] for k in second if k.startswith("finetune/")} == set(SERVER_RUN_TASKS)
-    differing = [name for name in second if first[name] != second[name]]
-    assert differing == [], f"{len(differing)} files differ, e.g. {differing[:12]}"
 
 
 def test_outputs_equal_the_committed_ones(smoke_run):
