@@ -189,10 +189,10 @@ LONGEST_FIRST = ("test_workflow.py", "test_gpu_check.py", "test_mlflow_server.py
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: a worker more than the cores, at most 4 (a worker's pipeline tests hold 2-3 GB): with a worker per
-    core, CI on 2 cores kept 1.57 of them busy (74 CPU-minutes in 47 minutes of tests), the tests waiting on their
-    servers, child processes and the disk the rest of the time."""
-    return max(2, min(4, (os.cpu_count() or 1) + 1))
+    """`-n auto`: a worker per core, at most 4: a worker's pipeline tests hold 2-3 GB and run jobs on 2 cores each.
+    (On 2 cores CI kept 1.57 of them busy, 74 CPU-minutes in 47 minutes of tests: a worker more than the cores may
+    fill the rest, not yet measured.)"""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -388,7 +388,7 @@ class Case:
 YAML_TAB = "profile: smoke\nprofiles:\n\tsmoke: {}\n"
 # A time-out case's bound on its whole call (start-up included): under what it bounds (a call that waited our lock's
 # 60 s default, or MLflow's ~4 min of retries, takes longer than that wait), with room for a start-up slowed by the
-# other tests on the cores (pytest -n: a worker more than the cores)
+# other tests on the cores (pytest -n)
 BOUND = 55
 CASES = [
     # params.yaml and its settings

@@ -1,5 +1,5 @@
-"""The suite on several cores (`pytest -n auto`, the README's test command): a worker more than the cores, each
-running test files whole, the longest files and those with pipelines handed out first."""
+"""The suite on several cores (`pytest -n auto`, the README's test command): a worker per core, each running test
+files whole, the longest files and those with pipelines handed out first."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def test_it(n):
 """
 
 
-@pytest.mark.parametrize(("cores", "workers"), [(1, 2), (2, 3), (3, 4), (16, 4)])
-def test_auto_starts_a_worker_more_than_the_cores_and_at_most_four(monkeypatch, cores: int, workers: int) -> None:
+@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 2), (3, 3), (16, 4)])
+def test_auto_starts_a_worker_per_core_and_at_most_four(monkeypatch, cores: int, workers: int) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     assert conftest.pytest_xdist_auto_num_workers(None) == workers
 
