@@ -156,7 +156,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
     from pipeline_repo import mlflow_server_command
 
-    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[postgres]')")
+    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (./setup.sh, or pip install -e '.[test]')")
     state = tmp_path_factory.mktemp("mlflow-server")
     started = mlflow_server_command("up", state)
     if started.returncode != 0:

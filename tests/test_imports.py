@@ -8,7 +8,9 @@ gpt1.pipeline.codedeps) keeps them: no cycle;
 - the library folders (data, modeling, training, evaluation, pipeline, and the report's modules but its stage) import
   no stage and no CLI, and know no params.yaml: only the CLI calls `config.load_config`, the one reader of that file
   (a library takes plain values or a section of the selected profile);
-- the layer folders' `__init__.py` are empty: every stage's code inputs include them.
+- every module lies in one of those folders (gpt1/__init__.py and gpt1/__main__.py aside);
+- every `__init__.py` below gpt1/ is empty but the report's (its names, loaded on first use): every stage's code
+  inputs include those of the folders it imports from.
 
 Beside the package, bench/ (speed and memory) and experiments/ (the studies) are packages run as `python -m
 bench.<module>` and `python -m experiments.<study>`: none of their modules imports a stage module or the CLI (they use
@@ -33,8 +35,10 @@ STAGES = "gpt1.stages"  # the stage modules' folder
 REPORT_STAGE = "gpt1.report.stage"  # the report's stage module, beside its library
 LIBRARY = ("gpt1.data", "gpt1.modeling", "gpt1.training", "gpt1.evaluation", "gpt1.pipeline", "gpt1.report")
 ENTRY_POINTS = {"gpt1.__main__", CLI}  # they dispatch to stages
-PARAMS_READER = "load_config"  # gpt1.pipeline.config's reader of params.yaml: the CLI's alone
-LAYER_FOLDERS = ("cli", "stages", "data", "modeling", "training", "evaluation", "pipeline")
+PARAMS_READERS = ("load_config", "read_params")  # gpt1.pipeline.config's readers of params.yaml: the CLI's alone
+FOLDERS = ("cli", "stages", "data", "modeling", "training", "evaluation", "pipeline", "report")  # every module's
+TOP_MODULES = ("__init__", "__main__")  # the package itself and its `python -m gpt1`
+FULL_INIT = "report/__init__.py"  # the report's names, each loaded from its module on first use (PEP 562)
 
 
 def within(module: str, folders: str | tuple[str, ...] | set[str]) -> bool:
@@ -45,41 +49,47 @@ def within(module: str, folders: str | tuple[str, ...] | set[str]) -> bool:
 
 def layer_offences(package_dir: Path = PACKAGE_DIR) -> list[str]:
     """'importer -> imported: why' for every import that crosses a layer the wrong way: a stage importing a stage, a
-    library module importing a stage or the CLI, anything but the entry points importing a stage or the CLI."""
+    library module importing a stage or the CLI, anything but the entry points importing a stage or the CLI (a
+    folder's bare name counts: `from gpt1 import stages` imports gpt1.stages)."""
     name = package_dir.name
     cli, stages, report_stage = (f"{name}{m[4:]}" for m in (CLI, STAGES, REPORT_STAGE))
     library = tuple(f"{name}{m[4:]}" for m in LIBRARY)
     entry = {f"{name}{m[4:]}" for m in ENTRY_POINTS}
 
     def stage(module: str) -> bool:
-        return module == report_stage or module.startswith(f"{stages}.")
+        return module == report_stage or within(module, stages)
 
-    def of_cli(module: str) -> bool:  # a module of the CLI (its folder's empty __init__ aside)
-        return module.startswith(f"{cli}.")
+    def of_cli(module: str) -> bool:
+        return within(module, cli)
 
     found = []
     for module, targets in sorted(import_graph(package_dir).items()):
         for other in sorted(targets):
+            if any(t.startswith(f"{other}.") for t in targets):  # a package, as the parent of what is named
+                continue
             if stage(module) and stage(other):
                 found.append(f"{module} -> {other}: a stage imports a stage")
             elif within(module, library) and module != report_stage and (stage(other) or of_cli(other)):
                 found.append(f"{module} -> {other}: a library module imports a {'stage' if stage(other) else 'CLI'}")
-            elif not within(module, entry) and of_cli(other):
+            elif not within(module, entry) and of_cli(other) and not of_cli(module):
                 found.append(f"{module} -> {other}: only gpt1/__main__.py imports the CLI")
+            elif not within(module, entry) and stage(other) and not stage(module):
+                found.append(f"{module} -> {other}: only the CLI imports a stage")
     return found
 
 
 def params_readers(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """'file:line' for each use of config.load_config (the params.yaml reader) outside the CLI's folder."""
+    """'file:line' for each use of config.load_config or config.read_params (the params.yaml readers) outside the
+    CLI's folder."""
     found = []
     for path in sorted(package_dir.rglob("*.py")):
         relative = path.relative_to(package_dir.parent)
         if relative.parts[1:2] == ("cli",) or relative.as_posix() == f"{package_dir.name}/pipeline/config.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            named = ((isinstance(node, ast.ImportFrom) and any(a.name == PARAMS_READER for a in node.names))
-                     or (isinstance(node, ast.Attribute) and node.attr == PARAMS_READER)
-                     or (isinstance(node, ast.Name) and node.id == PARAMS_READER))
+            named = ((isinstance(node, ast.ImportFrom) and any(a.name in PARAMS_READERS for a in node.names))
+                     or (isinstance(node, ast.Attribute) and node.attr in PARAMS_READERS)
+                     or (isinstance(node, ast.Name) and node.id in PARAMS_READERS))
             if named:
                 found.append(f"{relative.as_posix()}:{node.lineno}")
     return found
@@ -106,14 +116,30 @@ def test_no_import_crosses_a_layer_the_wrong_way():
 
 def test_the_library_knows_no_params_yaml():
     offending = params_readers()
-    assert not offending, f"only gpt1/cli/ reads params.yaml (config.{PARAMS_READER}): {', '.join(offending)}"
+    assert not offending, f"only gpt1/cli/ reads params.yaml (config.{PARAMS_READERS}): {', '.join(offending)}"
 
 
-@pytest.mark.parametrize("folder", LAYER_FOLDERS)
-def test_a_layer_folders_init_is_empty(folder: str):
+def unfiled_modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """The modules in no layer folder: the tree is the map, so each module has its place in it."""
+    return sorted(path.relative_to(package_dir).as_posix() for path in package_dir.rglob("*.py")
+                  if path.relative_to(package_dir).parts[0] not in FOLDERS
+                  and path.relative_to(package_dir).with_suffix("").as_posix() not in TOP_MODULES)
+
+
+def full_inits(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """Every `__init__.py` below the package's own that holds anything, the report's aside."""
+    return sorted(path.relative_to(package_dir).as_posix() for path in package_dir.rglob("*/__init__.py")
+                  if path.relative_to(package_dir).as_posix() != FULL_INIT and path.read_bytes())
+
+
+def test_every_module_lies_in_a_layer_folder():
+    assert not unfiled_modules(), f"modules outside gpt1/{{{','.join(FOLDERS)}}}/: {unfiled_modules()}"
+
+
+def test_every_folders_init_is_empty_but_the_reports():
     """Every stage's code inputs include the `__init__.py` of each folder it imports from: an empty one changes
     nothing, so a stage reruns only when its modules change."""
-    assert (PACKAGE_DIR / folder / "__init__.py").read_bytes() == b""
+    assert not full_inits(), f"not empty (say it in the modules or DESIGN.md instead): {full_inits()}"
 
 
 def fake_package(root: Path, modules: dict[str, str]) -> Path:
@@ -145,6 +171,9 @@ def test_the_checks_find_a_cycle_and_each_wrong_way_import(tmp_path: Path):
         "data/lib": "def helper():\n    from gpt1.data import deep\n",
         "data/deep": "from gpt1.data.lib import helper\nfrom gpt1.cli import commands\n",
         "pipeline/config": "def load_config(path):\n    pass\n",
+        "loose": "from gpt1 import stages\n",
+        "data/nested/__init__": "'''a docstring'''\n",
+        "evaluation/reads": "from gpt1.pipeline.config import read_params\n",
     })  # fmt: skip
     graph = import_graph(package)
     assert graph["gpt1.stages.one"] == {"gpt1.data.lib", "gpt1.stages.two"}
@@ -152,9 +181,12 @@ def test_the_checks_find_a_cycle_and_each_wrong_way_import(tmp_path: Path):
     assert stage_modules(package) == {"one": "gpt1.stages.one", "two": "gpt1.stages.two", "report": "gpt1.report.stage"}
     assert layer_offences(package) == [
         "gpt1.data.deep -> gpt1.cli.commands: a library module imports a CLI",
+        "gpt1.loose -> gpt1.stages: only the CLI imports a stage",
         "gpt1.report.tables -> gpt1.report.stage: a library module imports a stage",
         "gpt1.stages.one -> gpt1.stages.two: a stage imports a stage"]
-    assert params_readers(package) == ["gpt1/stages/two.py:5"]
+    assert params_readers(package) == ["gpt1/evaluation/reads.py:1", "gpt1/stages/two.py:5"]
+    assert unfiled_modules(package) == ["loose.py"]
+    assert full_inits(package) == ["data/nested/__init__.py"]
     (package / "data" / "deep.py").write_text("")
     assert find_cycle(import_graph(package)) is None
 
@@ -177,7 +209,7 @@ def imported_names(node: ast.AST) -> list[str]:
 
 def forbidden_in_rooms(module: str) -> bool:
     """A stage module or the CLI: what bench/ and experiments/ run as `python -m gpt1 <stage>`, never import."""
-    return module.startswith((f"{STAGES}.", f"{CLI}.")) or module in {REPORT_STAGE, "gpt1.__main__"}
+    return within(module, (STAGES, CLI, REPORT_STAGE, "gpt1.__main__"))
 
 
 def room_offences(forbidden: Callable[[str], bool] = forbidden_in_rooms, repo: Path = REPO) -> list[str]:
@@ -230,10 +262,12 @@ def test_the_room_checks_find_a_stage_the_cli_sys_path_and_bench_importing_a_stu
     (tmp_path / "experiments" / "study.py").write_text(
         "from bench.common import REPO\nfrom gpt1.stages import pretrain\n\n\n"
         "def main():\n    from gpt1.cli.main import main\n")
-    (tmp_path / "experiments" / "other.py").write_text("from sys import path\nimport gpt1.report.stage\n")
+    (tmp_path / "experiments" / "other.py").write_text("from sys import path\nimport gpt1.report.stage\n"
+                                                       "from gpt1 import cli\n")
     assert room_offences(repo=tmp_path) == [
         "bench/bad.py:2: sys.path", "bench/bad.py:3: bench imports experiments",
         "bench/bad.py:3: bench imports experiments.study", "experiments/other.py:1: imports sys.path",
-        "experiments/other.py:2: imports gpt1.report.stage", "experiments/study.py:2: imports gpt1.stages.pretrain",
+        "experiments/other.py:2: imports gpt1.report.stage", "experiments/other.py:3: imports gpt1.cli",
+        "experiments/study.py:2: imports gpt1.stages",
         "experiments/study.py:6: imports gpt1.cli.main"]
     assert main_modules(tmp_path) == ["bench.fine", "experiments.study"]
