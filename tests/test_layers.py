@@ -16,30 +16,34 @@ from gpt1.stages.layers import curve_point, layers_stage
 REPO = Path(__file__).resolve().parents[1]
 
 
+def caps_of(cfg, task: str) -> dict[str, int | None]:
+    return layer_caps(cfg.section("layers"), cfg.section("finetune"), task)
+
+
 def test_layer_runs_narrow_the_tasks_examples_to_their_own_caps():
     cfg = load_config(REPO / "params.yaml", "default", ["layers.by_task={}"])
-    assert layer_caps(cfg, "mnli") == {key: cfg.section("layers")[key] for key in LAYER_CAPS}
+    assert caps_of(cfg, "mnli") == {key: cfg.section("layers")[key] for key in LAYER_CAPS}
     smoke = load_config(REPO / "params.yaml", "smoke")
-    assert layer_caps(smoke, "mnli") == {"max_train_examples": None, "max_eval_examples": None}  # null: finetune's
+    assert caps_of(smoke, "mnli") == {"max_train_examples": None, "max_eval_examples": None}  # null: finetune's
     evaluated = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=123"])
-    assert layer_caps(evaluated, "race")["max_eval_examples"] == 123
+    assert caps_of(evaluated, "race")["max_eval_examples"] == 123
 
 
 def test_a_tasks_own_caps_lie_over_the_shared_ones():
     cfg = load_config(REPO / "params.yaml", "default", ["layers.max_train_examples=200", "layers.max_eval_examples=400",
                                                         "layers.by_task={mnli: {max_train_examples: null}}"])
-    assert layer_caps(cfg, "mnli") == {"max_train_examples": None, "max_eval_examples": 400}
-    assert layer_caps(cfg, "race") == {"max_train_examples": 200, "max_eval_examples": 400}
+    assert caps_of(cfg, "mnli") == {"max_train_examples": None, "max_eval_examples": 400}
+    assert caps_of(cfg, "race") == {"max_train_examples": 200, "max_eval_examples": 400}
 
 
 def test_a_cap_above_what_finetune_keeps_is_an_error_naming_the_setting():
     race_above = load_config(REPO / "params.yaml", "default", ["layers.by_task={race: {max_train_examples: 1600}}"])
     with pytest.raises(ConfigError, match=r"layers\.by_task\.race\.max_train_examples: 1600 is more than the 200 "):
-        layer_caps(race_above, "race")
+        caps_of(race_above, "race")
     shared_above = load_config(REPO / "params.yaml", "default", ["layers.max_eval_examples=5000"])
     with pytest.raises(ConfigError, match=r"^layers\.max_eval_examples: 5000 is more than the 1500 .*finetune.s$"):
-        layer_caps(shared_above, "race")
-    assert layer_caps(shared_above, "mnli")["max_eval_examples"] is None  # MNLI's own null: finetune's 1500
+        caps_of(shared_above, "race")
+    assert caps_of(shared_above, "mnli")["max_eval_examples"] is None  # MNLI's own null: finetune's 1500
 
 
 def test_by_task_names_only_the_tasks_of_the_analysis():

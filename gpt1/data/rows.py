@@ -3,8 +3,8 @@ splits, the caps, the layer runs' narrower caps and Story Cloze's selection slic
 into an `Example`.
 
 A library: the finetune section's data settings (train_cuts, max_train_examples, train_examples_by_task,
-max_eval_examples) are read here, by key, and named in its errors; `layer_caps` reads the loaded profile's layers
-and finetune sections. It knows no MLflow and no results path.
+max_eval_examples) are read here, by key, and named in its errors, and the layers section's narrower caps
+(`layer_caps`). It knows no MLflow and no results path.
 
 Data seeds: caps, the narrowing to a smaller cap and Story Cloze's selection slice use DATA_SEED, not the job's
 seed, so every variant and seed of a task sees the same examples and runs stay pairwise comparable.
@@ -324,9 +324,13 @@ def evaluation_split(spec: TaskSpec, report: ReportSpec, present: Sequence[str] 
     return report.validation
 
 
-def train_cut(spec: TaskSpec, train_cuts: dict[str, Any] | None) -> Cut | None:
+def _declared_cut(spec: TaskSpec, settings: dict[str, Any]) -> dict[str, Any] | None:
+    return (settings.get("train_cuts") or {}).get(spec.name)
+
+
+def train_cut(spec: TaskSpec, settings: dict[str, Any]) -> Cut | None:
     """The declared training cut (finetune.train_cuts[task]) as the first `fraction` of a seeded shuffle."""
-    declared = (train_cuts or {}).get(spec.name)
+    declared = _declared_cut(spec, settings)
     if declared is None:
         if spec.train is None:
             raise TaskDataError(f"task {spec.name} has no training split; declare finetune.train_cuts.{spec.name} "
@@ -338,6 +342,11 @@ def train_cut(spec: TaskSpec, train_cuts: dict[str, Any] | None) -> Cut | None:
 def train_cap(spec: TaskSpec, settings: dict[str, Any]) -> int | None:
     """How many training examples a task keeps: its entry in `train_examples_by_task`, else `max_train_examples`."""
     return (settings.get("train_examples_by_task") or {}).get(spec.name, settings["max_train_examples"])
+
+
+def eval_cap(settings: dict[str, Any], narrowed: int | None = None) -> int | None:
+    """How many examples of each evaluation split are scored: a layer run's narrower cap, else max_eval_examples."""
+    return narrowed if narrowed is not None else settings["max_eval_examples"]
 
 
 EvalSpec = tuple[str, Cut | None, list[ReportSpec]]  # (hub split, complement of the training cut or None, reports)
@@ -370,9 +379,9 @@ class PartPlan:
 def plan_parts(spec: TaskSpec, settings: dict[str, Any], present: Sequence[str] | None) -> list[PartPlan]:
     """The training part, then one part per distinct evaluation split, with the cut and caps of `settings` (the
     fine-tuning section: train_cuts, max_train_examples, train_examples_by_task, max_eval_examples)."""
-    cut = train_cut(spec, settings.get("train_cuts"))
+    cut = train_cut(spec, settings)
     train = PartPlan("train", cut.split if cut else spec.train, cut, train_cap(spec, settings))
-    return [train, *(PartPlan(split, split, rest, settings["max_eval_examples"], reports)
+    return [train, *(PartPlan(split, split, rest, eval_cap(settings), reports)
                      for split, rest, reports in eval_plan(spec, present, cut))]
 
 
@@ -384,22 +393,20 @@ def read_part(spec: TaskSpec, plan: PartPlan, source: DataSource) -> LoadedSplit
 
 def data_settings(spec: TaskSpec, settings: dict[str, Any], source: DataSource) -> dict[str, Any]:
     """The settings that decide a task's examples, as recorded beside the encoded examples and checked by jobs."""
-    cut = (settings.get("train_cuts") or {}).get(spec.name)
-    return {"train_cut": cut, "max_train_examples": train_cap(spec, settings),
-            "max_eval_examples": settings["max_eval_examples"],
+    return {"train_cut": _declared_cut(spec, settings), "max_train_examples": train_cap(spec, settings),
+            "max_eval_examples": eval_cap(settings),
             "source": {"synthetic": source.synthetic, "present": source.present}}
 
 
-def layer_caps(cfg: Any, task: str) -> dict[str, int | None]:
+def layer_caps(layers: dict[str, Any], finetune: dict[str, Any], task: str) -> dict[str, int | None]:
     """The caps the layer runs (n_layer + 1 fine-tunings) narrow the task's fine-tuning examples to:
     layers.max_train_examples / max_eval_examples, with layers.by_task.<task> laid over them (a key absent there
     keeps the shared cap; null anywhere keeps finetune's). A cap can only narrow: one above what finetune keeps for
     the task is an error, not a silent no-op."""
-    layers, finetune = cfg.section("layers"), cfg.section("finetune")
     own = (layers.get("by_task") or {}).get(task, {})
     caps = {key: layers.get(key) for key in LAYER_CAPS} | own
     kept = {"max_train_examples": train_cap(finetune_task(task), finetune),
-            "max_eval_examples": finetune["max_eval_examples"]}
+            "max_eval_examples": eval_cap(finetune)}
     for key, cap in caps.items():
         if cap is not None and kept[key] is not None and cap > kept[key]:
             where = f"layers.by_task.{task}.{key}" if key in own else f"layers.{key}"

@@ -63,7 +63,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     numerics = in_effect(default_device().type)
     note_upstream(numerics, pretrained.get("numerics"), str(pretrained_dir))
     runs, points = {}, []
-    caps = layer_caps(cfg, task)  # a bad cap fails here, before any fine-tuning
+    caps = layer_caps(cfg.section("layers"), cfg.section("finetune"), task)  # a bad cap fails here, first
     settings = finetune_settings(cfg)
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
               "layers": cfg.section("layers")}

@@ -55,6 +55,7 @@ from gpt1.data.rows import (
     Example,
     data_settings,
     data_source,
+    eval_cap,
     report_examples,
     train_cut,
 )
@@ -448,7 +449,7 @@ def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, 
     finetune = settings.finetune
     if transfer_layers is not None and (chosen.init == "random" or chosen.model_kind == "lstm"):
         raise FinetuneError(f"transfer_layers applies to a pre-trained GPT, not to variant {chosen.name}")
-    cut = train_cut(spec, finetune.get("train_cuts"))
+    cut = train_cut(spec, finetune)
     pretrained = str(pretrained_dir)
     tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
     tokenizer, tok_source = load_tokenizer(chosen, pretrained, tok_dir)
@@ -472,9 +473,8 @@ def prepare_job(settings: FinetuneSettings, task: str, variant: str, seed: int, 
     data = TaskData(narrow(data.train, max_train_examples), [narrow(p, max_eval_examples) for p in data.evals])
     train, selection = carve_selection(spec, data.train)
     recipe = Recipe.from_section(finetune, spec.name, chosen.lm_weight)
-    eval_cap = max_eval_examples if max_eval_examples is not None else finetune["max_eval_examples"]
     return FinetuneJob(spec, chosen, seed, transfer_layers, recipe, model, tokenizer, tok_source, meta, transfer, cut,
-                       train, selection, data.evals, source, eval_cap, started,
+                       train, selection, data.evals, source, eval_cap(finetune, max_eval_examples), started,
                        finetune.get("cuda_graphs", CUDA_GRAPHS_DEFAULT))
 
 
