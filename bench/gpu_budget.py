@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     layers = Line(f"layers (MNLI, RACE x {model['n_layer'] + 1})")
     for task in LAYER_TRANSFER_TASKS:
         train, evaluated = HUB_SPLITS[task]
-        caps = layer_caps(cfg, task)  # null: finetune's
+        caps = layer_caps(cfg.section("layers"), cfg.section("finetune"), task)  # null: finetune's
         train_n = capped(capped(train, train_cap(get_task(task), ft)), caps["max_train_examples"])
         eval_n = capped(capped(evaluated, ft["max_eval_examples"]), caps["max_eval_examples"])
         job = sum(finetune_cost(layers, tuned, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args, False)
