@@ -50,6 +50,7 @@ def fresh_clone(work: Path, venv: Path) -> Path:
 
 def run_suite(workers: int, venv: Path) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="suite-workers-") as tmp:
+        Path(tmp).chmod(0o755)  # as CI's checkout: the tests that run a stage as user nobody need to read it
         checkout = fresh_clone(Path(tmp), venv)
         env = {**os.environ, "CI": "true", "MLFLOW_TRACKING_URI": f"sqlite:///{checkout}/.ci-mlflow.db"}
         start = time.perf_counter()
@@ -57,8 +58,9 @@ def run_suite(workers: int, venv: Path) -> dict[str, object]:
                               cwd=checkout, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
     seconds, counts = parse_summary(done.stdout)
+    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]  # -rs: which, and why
     return {"workers": workers, "pytest_s": seconds, "wall_s": round(wall, 1), "outcome": counts,
-            "exit": done.returncode}
+            "exit": done.returncode, "skipped": skipped}
 
 
 def main(argv: list[str] | None = None) -> None:
