@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import MIRROR, REPO, machine
-from gpt1.data.rows import layer_caps, load_examples, mirror_splits, train_cap
+from gpt1.data.rows import eval_cap, layer_caps, load_examples, mirror_splits, train_cap
 from gpt1.data.tasks import get_task
 from gpt1.data.tokenizer import GPT1Tokenizer, load_released
 from gpt1.data.transforms import transform_batch
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         train, evaluated = HUB_SPLITS[task]
         caps = layer_caps(cfg.section("layers"), cfg.section("finetune"), task)  # null: finetune's
         train_n = capped(capped(train, train_cap(get_task(task), ft)), caps["max_train_examples"])
-        eval_n = capped(capped(evaluated, ft["max_eval_examples"]), caps["max_eval_examples"])
+        eval_n = capped(capped(evaluated, eval_cap(ft)), caps["max_eval_examples"])
         job = sum(finetune_cost(layers, tuned, lengths[task], train_n, eval_n, ft, ft["lm_weight"], args, False)
                   for _ in range(model["n_layer"] + 1))
         layers.jobs, layers.longest = layers.jobs + 1, max(layers.longest, job)  # one job: its k one after another

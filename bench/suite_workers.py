@@ -79,9 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run), flush=True)
         runs.append(run)
     medians = {w: median([run["pytest_s"] for run in runs if run["workers"] == w]) for w in arms}
-    ratios = [next(x["pytest_s"] for x in runs if x["round"] == r and x["workers"] == arms[0])
-              / next(x["pytest_s"] for x in runs if x["round"] == r and x["workers"] == arms[1])
-              for r in range(args.rounds)] if len(arms) == 2 else []
+    seconds = {(run["round"], run["workers"]): run["pytest_s"] for run in runs}
+    ratios = [seconds[r, arms[0]] / seconds[r, arms[1]] for r in range(args.rounds)] if len(arms) == 2 else []
     summary = {"machine": machine(), "arms": arms, "median_pytest_s": medians,
                f"ratio_{arms[0]}_over_{arms[-1]}": ratios, "runs": runs}
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}))

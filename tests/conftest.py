@@ -190,8 +190,8 @@ LONGEST_FIRST = ("test_workflow.py", "test_gpu_check.py", "test_mlflow_server.py
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: a worker per core, at most 4: a worker's pipeline tests hold 2-3 GB and run jobs on 2 cores each.
-    A worker more than the cores did not pay on 2 cores (bench/suite_workers.py: 3 workers 0.88x and 1.05x the time
-    of 2 in two pairs, BENCHMARKS.md "The test suite")."""
+    A worker more than the cores did not pay on 2 cores (3 workers 0.88x and 1.05x the time of 2 in two pairs: two
+    CI runs, then bench/suite_workers.py; BENCHMARKS.md "The test suite")."""
     return max(1, min(4, os.cpu_count() or 1))
 
 
