@@ -8,6 +8,7 @@ module or script answers `--help`, and a script the README runs exists."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 import shlex
@@ -106,6 +107,58 @@ def test_every_relative_link_resolves():
     problems = [f"{doc.relative_to(REPO)}:{line}: {target}: {why}"
                 for doc in DOCS for line, target in links(doc) if (why := broken(doc, target))]
     assert not problems, "\n".join(problems)
+
+
+# Where the project names its own code in words: the package's texts (notes printed under tables among them), the
+# tools, the workflow and the documents. The tests' fake packages and the records of past runs are not among them.
+NAMING_FILES = [*DOCS, *(REPO / "gpt1").rglob("*.py"), *(REPO / "gpt1").rglob("*.yaml"),
+                *(REPO / "bench").rglob("*.py"), *(REPO / "tools").rglob("*.py"), *(REPO / "experiments").glob("*.py"),
+                *(REPO / "workflow").rglob("*.smk"), REPO / "workflow" / "Snakefile", REPO / "params.yaml",
+                REPO / "dvc.yaml"]
+CODE_FOLDERS = {p.name for p in (REPO / "gpt1").iterdir() if (p / "__init__.py").exists()}
+TAG_NAMESPACES = {"machine"}  # gpt1.machine.cpu: MLflow tags; the other tags are one word (gpt1.task, gpt1.stage)
+
+
+def code_name_problem(name: str) -> str | None:
+    """`gpt1.report.tables.code_name` or `gpt1/report/tables.py`: None when it names a module, file or attribute
+    that exists. A dotted name is code when it starts with a folder of the package or has two parts after gpt1
+    (gpt1.metrics.glue_average), but MLflow's tags (gpt1.task, gpt1.machine.cpu) are not."""
+    if "/" in name:
+        return None if (REPO / name).exists() else "no such file"
+    parts = name.split(".")[1:]
+    if parts[0] not in CODE_FOLDERS and (len(parts) < 2 or parts[0] in TAG_NAMESPACES):
+        return None
+    for k in range(len(parts), 0, -1):  # the longest prefix that is a module, then attributes
+        try:
+            target = importlib.import_module(".".join(["gpt1", *parts[:k]]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[k:]:
+            fields = getattr(target, "__dataclass_fields__", {})
+            if not hasattr(target, attribute) and attribute not in fields:
+                return f"{'.'.join(['gpt1', *parts[:k]])} has no {attribute}"
+            target = getattr(target, attribute, None)
+        return None
+    return "no such module"
+
+
+def test_every_code_name_in_words_exists():
+    """A note under a table named gpt1/significance.py for months after that module moved: names of our own code,
+    written out in texts, documents and comments, must name code that exists."""
+    pattern = re.compile(r"\bgpt1/[\w/.-]*\w\.(?:py|yaml|smk)\b|\bgpt1(?:\.\w+)+")
+    problems = [f"{path.relative_to(REPO)}: {name}: {why}"
+                for path in NAMING_FILES for name in sorted(set(pattern.findall(path.read_text())))
+                if (why := code_name_problem(name.rstrip(".")))]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_code_name_that_moved_is_found():
+    assert code_name_problem("gpt1/significance.py") == "no such file"
+    assert code_name_problem("gpt1.metrics.glue_average") == "no such module"
+    assert code_name_problem("gpt1.evaluation.metrics.glue_avg") == "gpt1.evaluation.metrics has no glue_avg"
+    assert code_name_problem("gpt1.evaluation.metrics.glue_average") is None
+    assert code_name_problem("gpt1.training.finetuning.FinetuneResult.predictions") is None  # a dataclass field
+    assert code_name_problem("gpt1.machine.cpu") is None  # an MLflow tag, not code
 
 
 def test_params_yaml_comments_point_at_headings_that_exist():

@@ -5,7 +5,15 @@ from pathlib import Path
 import datasets
 import pytest
 
-from gpt1.data.sources import DatasetRef, iter_documents, load_arguments, load_split, mirror_file, text_files
+from gpt1.data.sources import (
+    DatasetRef,
+    iter_documents,
+    load_arguments,
+    load_split,
+    mirror_file,
+    source_description,
+    text_files,
+)
 from gpt1.pipeline.errors import SourceError
 
 SHARED_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -98,3 +106,16 @@ def test_shared_mirror_sst2_has_hub_schema():
     ds = load_split(DatasetRef("nyu-mll/glue", "sst2", "validation"), SHARED_MIRROR, columns=["sentence", "label"])
     assert ds.features["label"].names == ["negative", "positive"]
     assert len(ds) == 872
+
+
+def test_a_mirror_is_described_by_its_file_not_by_the_folder_it_was_read_from(tmp_path, monkeypatch):
+    """The manifest's source is hashed downstream: one mirror reached as ../x, as /abs/x or through a link is one
+    source, else the same bytes of data give another md5 on another machine."""
+    corpus = {"source": "hub", "dataset": {"path": "acme/books", "name": None, "split": "en"},
+              "mirror_dataset": {"path": "books/gutenberg", "name": "default", "split": "train"}}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    monkeypatch.chdir(tmp_path / "data")
+    spellings = [tmp_path / "data", Path("../data"), Path("."), tmp_path / "link"]
+    assert {source_description(corpus, m) for m in spellings} == {"mirror:books/gutenberg/default/train.parquet"}
+    assert source_description(corpus, None) == "hub:acme/books (default, split en)"

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the smoke checkout the tests run (pipeline_repo), not a second copy of it
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]  # the smoke checkout the tests run (pipeline_repo, which reads bench/)
 
 from pipeline_repo import COMMITTED_DIGESTS, DIGESTS_HOST, output_digests, smoke_repo  # noqa: E402
 

@@ -277,9 +277,10 @@ def _parse_positions(spec, where, parts, owners, rows, kept) -> list[Example]:
 
 
 def _source_name(mirror: Path | None, synthetic: bool, seed: int, rows: int) -> str:
+    """Where rows came from, without the mirror's folder: the same rows read from another one describe the same."""
     if synthetic:
         return f"synthetic:{rows}rows:seed{seed}"
-    return f"mirror:{mirror}" if mirror else "hub"
+    return "mirror" if mirror else "hub"
 
 
 # ---------------------------------------------------------------------------------------------------- planning

@@ -157,7 +157,8 @@ def _naming_file(files: list[Path], done: list[Path]) -> Iterator[None]:
 
 
 def source_description(corpus: dict[str, Any], mirror: Path | None) -> str:
-    """Where the corpus comes from, for manifests and MLflow tags."""
+    """Where the corpus comes from, for manifests and MLflow tags: a mirror's file by its path inside the mirror, so
+    one mirror read from another folder (or spelled another way) describes, and hashes, the same."""
     source = corpus["source"]
     if source == "synthetic":
         return f"synthetic:{corpus['synthetic_documents']}docs:seed{corpus['seed']}"
@@ -165,4 +166,4 @@ def source_description(corpus: dict[str, Any], mirror: Path | None) -> str:
         return "files:" + ",".join(corpus["files"])
     section = corpus["mirror_dataset"] if mirror is not None and "mirror_dataset" in corpus else corpus["dataset"]
     ref = DatasetRef.from_config(section)
-    return f"mirror:{mirror_file(ref, mirror)}" if mirror else f"hub:{ref}"
+    return f"mirror:{mirror_file(ref, Path())}" if mirror else f"hub:{ref}"

@@ -135,9 +135,10 @@ def part_sha256(part: Part) -> str:
 
 
 def part_source(spec: TaskSpec, part: Part) -> str:
-    """Where a part's rows came from, for run inputs: the hub id, the mirror or the project's synthetic data."""
+    """Where a part's rows came from, for run inputs: the dataset on the hub or in a mirror, or the project's
+    synthetic data."""
     source = part.loaded.description.get("source", "")
-    return f"hub:{spec.path}" if source == "hub" else source
+    return f"{source}:{spec.path}" if source in ("hub", "mirror") else source
 
 
 # ---------------------------------------------------------------------------------------------- encoded examples

@@ -12,15 +12,15 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from gpt1.evaluation.significance import RESAMPLES
+from gpt1.evaluation.significance import RESAMPLES, column_test
 from gpt1.report.numbers import round_half_up
-from gpt1.report.tables import Column, Row, Table
+from gpt1.report.tables import Column, Row, Table, code_name
 
 SIGNIFICANT = 0.05  # a paired test below it is bold
 TESTS_TITLE = (
     "Paired tests: the full model minus each ablation, in percent points, and the two-sided p-value of a "
     f"paired bootstrap over the evaluation examples both runs scored ({RESAMPLES} resamples; seeds present "
-    f"in both pooled; gpt1/significance.py); bold: p < {SIGNIFICANT} (each test on its own, not adjusted for the "
+    f"in both pooled; {code_name(column_test)}); bold: p < {SIGNIFICANT} (each test on its own, not adjusted for the "
     "others)."
 )
 

@@ -14,7 +14,7 @@ Rules the tables follow:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -326,8 +326,14 @@ def task_cell(
     return our_cell(values, paper, notes, one_seed_se=one_seed_se)
 
 
+def code_name(function: Callable[..., Any]) -> str:
+    """A function's importable name, for notes that say what computed a number (taken from the function: it moves
+    with the code)."""
+    return f"{function.__module__}.{function.__qualname__}"
+
+
 GLUE_NOTE = (
-    "GLUE-style average over the tasks we have ({tasks}{missing}): gpt1.metrics.glue_average, the mean "
+    "GLUE-style average over the tasks we have ({tasks}{missing}): " + code_name(glue_average) + ", the mean "
     "over tasks of each task's GLUE metrics (CoLA: MCC; MRPC, QQP: F1 and accuracy; STS-B: Pearson and "
     "Spearman; MNLI: matched and mismatched accuracy), on the splits we evaluate. Not the GLUE leaderboard "
     "score the paper prints (hidden test sets, and WNLI, which the paper does not fine-tune): no Δ."
