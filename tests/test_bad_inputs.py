@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PARAMS, REPO, TINY, gpt1_command, tiny_config
@@ -151,6 +152,16 @@ def recorded(setup: Callable[[Path], None], rel: str, manifest: str, key: str | 
         (w / manifest).write_text(json.dumps(data))
 
     return both
+
+
+def edit_json(rel: str, edit: Callable[[Any], None]) -> Callable[[Path], None]:
+    """An earlier stage's JSON file with one value changed by hand."""
+    def setup(w: Path) -> None:
+        data = json.loads((w / rel).read_text())
+        edit(data)
+        (w / rel).write_text(json.dumps(data))
+
+    return setup
 
 
 def drop_lines(rel: str, keep: float = 0.5) -> Callable[[Path], None]:
@@ -436,6 +447,16 @@ CASES = [
     Case("params/max-bytes-zero", fetch(), "profiles.smoke.corpus.max_bytes: 0 is less than the minimum of 1",
          extra=("--set", "corpus.max_bytes=0"), code=2),
     # command-line arguments
+    Case("cli/set-into-an-unset-section", config(), "--set pretrain.by_model.gpt.lr=1e-3: 'by_model' is not a section "
+         "of profiles.smoke; a setting unset here is given whole: --set 'pretrain.by_model={gpt: {lr: 1e-3}}'",
+         extra=("--set", "pretrain.by_model.gpt.lr=1e-3"), code=2),
+    Case("params/cuda-graphs-maybe", config(), "profiles.smoke.finetune.cuda_graphs: 'maybe' is not one of True, "
+         "False, auto", extra=("--set", "finetune.cuda_graphs=maybe"), code=2),
+    Case("args/finetune-from-a-snapshot-file", finetune(pretrained="{w}/pretrain/snapshots/00.safetensors"),
+         "--pretrained {w}/pretrain/snapshots/00.safetensors: a file; fine-tuning starts from the folder gpt1 pretrain "
+         "wrote (here perhaps {w}/pretrain)"),
+    Case("args/sample-model-path-mistyped", ["sample", "--model", "{w}/pretrian"], "{w}/pretrian: no such file or "
+         "folder; give a pretrain folder, a .safetensors snapshot, a Hugging Face folder or a hub id (org/name)"),
     Case("cli/set-without-value", config(), "--set 'bpe.merges': expected KEY=VALUE", extra=("--set", "bpe.merges"),
          code=2),
     Case("cli/set-bad-yaml", config(), "--set 'corpus.files=[': the value is not valid YAML",
@@ -550,6 +571,15 @@ CASES = [
          truncate("tokenizer/tokenizer.json")),
     Case("artifact/tokenizer-not-a-tokenizer", pretrain(), "{w}/tokenizer/tokenizer.json: not a tokenizers file",
          write("tokenizer/tokenizer.json", '{"version": "1.0"}')),
+    Case("artifact/ids-header-a-text-count", pretrain(), "{w}/ids/train.json: key 'vocab_size' is '367', expected "
+         "an integer; re-run gpt1 encode", edit_json("ids/train.json", lambda h: h.update(vocab_size="367"))),
+    Case("artifact/ids-header-a-number-for-a-digest", pretrain(), "{w}/ids/train.json: key 'tokenizer_sha256' is "
+         "12345, expected text", edit_json("ids/train.json", lambda h: h.update(tokenizer_sha256=12345))),
+    Case("artifact/snapshot-index-a-text-index", zeroshot(), "{w}/pretrain/snapshots/index.json: key 'index' is "
+         "'0', expected an integer; re-run gpt1 pretrain",
+         edit_json("pretrain/snapshots/index.json", lambda entries: entries[0].update(index="0"))),
+    Case("artifact/raw-manifest-a-number-for-the-source", clean(), "{w}/raw/raw.manifest.json: key 'source' is 5, "
+         "expected text; re-run gpt1 fetch", edit_json("raw/raw.manifest.json", lambda m: m.update(source=5))),
     Case("artifact/raw-manifest-keys-missing", clean(), "{w}/raw/raw.manifest.json: records no size and sha256 for "
          "raw.jsonl; re-run the fetch stage", write("raw/raw.manifest.json", "{}")),
     Case("artifact/corpus-manifest-a-list", bpe(), "{w}/corpus/manifest.json: lacks train",
@@ -592,6 +622,13 @@ CASES = [
     # the MLflow store (BOUND: the capped retries and the short lock wait, not MLflow's ~4 min nor our 60 s default)
     Case("mlflow/dead-server", bpe(), "MLflow server http://127.0.0.1:9 is unreachable (Connection refused)",
          env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, seconds=BOUND),
+    Case("mlflow/dead-database", bpe(), "MLflow database postgresql://me:***@127.0.0.1:9/mlflow is unreachable "
+         "(Connection refused); start it", env={"MLFLOW_TRACKING_URI": "postgresql://me:secret@127.0.0.1:9/mlflow"},
+         seconds=BOUND),
+    Case("mlflow/database-port-not-a-number", bpe(), "MLFLOW_TRACKING_URI=mysql+pymysql://127.0.0.1:db/mlflow: not a "
+         "database address", env={"MLFLOW_TRACKING_URI": "mysql+pymysql://127.0.0.1:db/mlflow"}),
+    Case("mlflow/file-store", bpe(), "; MLflow 3 keeps runs in a database: set MLFLOW_TRACKING_URI=sqlite:///mlflow.db",
+         env={"MLFLOW_TRACKING_URI": "file://{w}/mlruns"}),
     Case("mlflow/garbage-sqlite", encode(), "{w}/mlflow.db: the MLflow store is not an SQLite database",
          write("mlflow.db", bytes(range(256)) * 40), env={"MLFLOW_TRACKING_URI": "sqlite:///{w}/mlflow.db"}),
     Case("mlflow/truncated-sqlite", encode(), "{w}/mlflow.db: the MLflow store is truncated",
@@ -609,6 +646,8 @@ CASES = [
          env={"MLFLOW_TRACKING_URI": "http://:5000"}),
     Case("mlflow/dead-server-password-hidden", bpe(), "MLflow server http://me:***@127.0.0.1:9 is unreachable",
          env={"MLFLOW_TRACKING_URI": "http://me:secret@127.0.0.1:9"}, seconds=BOUND),
+    Case("mlflow/pipeline-name-with-a-quote", bpe(), "GPT1_PIPELINE_RUN=\"run'1\": quotes and backslashes cannot be "
+         "searched for", env={"GPT1_PIPELINE_RUN": "run'1"}),
     Case("mlflow/lock-timeout-not-a-number", encode(), "GPT1_MLFLOW_LOCK_TIMEOUT='soon': not a number of seconds",
          store_copy, env={"MLFLOW_TRACKING_URI": "sqlite:///{w}/mlflow.db", "GPT1_MLFLOW_LOCK_TIMEOUT": "soon"}),
     # the file system
@@ -616,6 +655,20 @@ CASES = [
          extra=("--out", "{w}/corpus/train.jsonl")),
     Case("fs/out-under-a-file", encode(), "--out {w}/corpus/train.jsonl/ids: is inside {w}/corpus/train.jsonl, "
          "which is a file", extra=("--out", "{w}/corpus/train.jsonl/ids")),
+    Case("fs/out-is-its-input", export(), "--out {w}/pretrain: is the --model-dir folder, which this stage reads; "
+         "choose another --out", extra=("--out", "{w}/pretrain")),
+    Case("fs/out-is-its-input-spelled-otherwise", encode(), "--out {w}/corpus/../tokenizer: is the --tokenizer "
+         "folder", extra=("--out", "{w}/corpus/../tokenizer")),
+    Case("args/sample-device-not-torchs", ["sample", "--model", "{w}/pretrain", "--device", "gpu"],
+         "--device gpu: not a torch device; give cpu, cuda or cuda:N"),
+    Case("args/sample-device-absent", ["sample", "--model", "{w}/pretrain", "--device", "cuda:7"],
+         "--device cuda:7: torch "),
+    Case("args/sample-seed-too-large", ["sample", "--model", "{w}/pretrain", "--seed", "18446744073709551616"],
+         "argument --seed: 18446744073709551616 is outside 0..4294967295", code=2),
+    Case("args/sample-seeds-pass-the-largest", ["sample", "--model", "{w}/pretrain", "--seed", "4294967295",
+                                                "--samples", "2"], "the last sample's seed passes 4294967295"),
+    Case("args/report-results-missing", ["report", "--results", "{w}/nowhere", "--out", "{w}/report"],
+         "--results {w}/nowhere: no such folder; pass the pipeline's results folder (results/<profile>)"),
     Case("fs/out-under-a-device", fetch(), "--out /dev/null/raw: is inside /dev/null, which is a file",
          extra=("--out", "/dev/null/raw")),
     Case("fs/out-symlink-loop", encode(), "--out {w}/loop: {w}/loop is a broken or looping symbolic link",
@@ -851,10 +904,10 @@ def test_sigterm_marks_the_run_killed_in_one_line(world, tmp_path, subprocess_en
 
 def test_gpt1_debug_keeps_the_traceback(world, capsys, monkeypatch, mlflow_env):
     monkeypatch.setenv("GPT1_DEBUG", "1")
-    code = run_cli([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--tokenizer", "{w}/ids"]])
+    code = run_cli([a.replace("{w}", str(world)) for a in [*encode(), *BASE, "--tokenizer", "{w}/raw"]])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback (most recent call last)" in err
-    assert err.strip().splitlines()[-1].startswith(f"gpt1 encode: error: {world}/ids/tokenizer.json: missing")
+    assert err.strip().splitlines()[-1].startswith(f"gpt1 encode: error: {world}/raw/tokenizer.json: missing")
 
 
 def test_a_bug_keeps_its_traceback(world, monkeypatch, mlflow_env):

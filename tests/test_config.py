@@ -193,3 +193,34 @@ def test_a_sample_snapshot_beyond_the_profiles_snapshots_names_the_key():
             load_config(REPO / "params.yaml", "smoke", [f"samples.snapshots=[0, {bad}]"])
     with pytest.raises(ConfigError, match=r"samples\.prompts"):
         load_config(REPO / "params.yaml", "smoke", ["samples.prompts=[]"])
+
+
+@pytest.mark.parametrize("override", ["pretrain.seed=4294967296", "samples.seed=18446744073709551616",
+                                      "zeroshot.seed=-1"])
+def test_a_seed_beyond_what_the_libraries_take_is_refused_by_the_schema(override):
+    """Every seed of params.yaml is the schema's one $defs/seed, 0..2**32-1 as the CLI's --seed: a larger one passed
+    `gpt1 config` and failed at its stage (an overflow traceback, or after the whole pipeline at fine-tuning)."""
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"profiles\.smoke\.{key}: .* (greater than the maximum of 4294967295|"
+                                          r"less than the minimum of 0)"):
+        load_config(REPO / "params.yaml", "smoke", [override])
+    message = error_of(broken(lambda r: r.update(seeds=[0, 4294967296])))
+    assert "seeds.1: 4294967296 is greater than the maximum of 4294967295" in message
+
+
+def test_the_schemas_seed_is_the_clis():
+    from gpt1.cli.preflight import MAX_SEED
+    from gpt1.pipeline.config import SCHEMA_PATH
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    assert (schema["$defs"]["seed"]["minimum"], schema["$defs"]["seed"]["maximum"]) == (0, MAX_SEED)
+    seeds = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            seeds.extend(value for key, value in node.get("properties", {}).items() if key == "seed")
+            for value in node.values():
+                walk(value)
+
+    walk(schema)
+    assert len(seeds) == 5 and all(seed == {"$ref": "#/$defs/seed"} for seed in seeds)  # none spelled out beside it

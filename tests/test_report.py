@@ -697,9 +697,10 @@ def test_plan_reads_the_lists_of_params() -> None:
 
 
 def test_a_pipeline_id_with_a_quote_is_refused() -> None:
+    from gpt1.pipeline.errors import TrackingError
     from gpt1.report import adopt_pipeline_runs
 
-    with pytest.raises(ReportError, match="GPT1_PIPELINE_RUN"):
+    with pytest.raises(TrackingError, match="GPT1_PIPELINE_RUN"):  # every stage refuses it first (test_bad_inputs)
         adopt_pipeline_runs("run", "it's")
     assert adopt_pipeline_runs("run", "") == []  # no pipeline invocation: nothing to group
 
@@ -939,3 +940,6 @@ def test_the_page_of_samples_says_what_is_missing_and_refuses_a_snapshot_that_is
     with pytest.raises(ReportError, match=r"samples\.snapshots: 3, but .*index\.json holds 3 snapshots; give "
                                           r"indices from -3 to 2"):
         samples_page(results, tmp_path / "b", snapshots=[0, 3])
+    with pytest.raises(ReportError, match=r"^samples\.prompts\[1\]: ' ' encodes to no tokens; give some text"):
+        samples_page(results, tmp_path / "c", prompts=["Once upon a time", " "])
+    assert not (tmp_path / "c").exists()

@@ -104,6 +104,38 @@ def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
         assert client.get_experiment_by_name(name).tags.items() >= EXPERIMENT_KIND.items()
 
 
+def test_an_artifact_folder_that_cannot_be_written_stops_the_stage_before_its_work(tmp_path, monkeypatch):
+    """A stage logs its artifacts after its outputs are in place: a folder it cannot write (here a file named mlruns
+    where the experiment keeps them) must stop it first, and the run is marked failed."""
+    from gpt1.pipeline.errors import TrackingError
+    from gpt1.pipeline.tracking import stage_run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    (tmp_path / "mlruns").write_text("not a folder\n")
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("blocked", artifact_location=str(tmp_path / "mlruns" / "7"))
+    worked = []
+    said = rf"^MLflow artifact folder {tmp_path}/mlruns/7/\w+/artifacts: Not a directory; make it a writable folder"
+    with pytest.raises(TrackingError, match=said), stage_run("fetch", "smoke", "blocked", {}):
+        worked.append(True)
+    assert not worked
+    assert [run.info.status for run in client.search_runs([experiment])] == ["FAILED"]
+
+
+def test_a_deleted_experiment_is_named_with_how_to_restore_it(tmp_path, monkeypatch):
+    from gpt1.pipeline.errors import TrackingError
+    from gpt1.pipeline.tracking import stage_run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("gone", artifact_location=str(tmp_path / "artifacts")))
+    said = r"the experiment was deleted: restore it \(mlflow experiments restore --experiment-id <id>\), or name"
+    with pytest.raises(TrackingError, match=said), stage_run("fetch", "smoke", "gone", {}):
+        pass
+
+
 def _views(client: MlflowClient, name: str) -> dict[str, dict]:
     from gpt1.pipeline.tracking import VIEW_TAG_PREFIX
 

@@ -14,9 +14,27 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpt1.cli.preflight import MAX_SEED, seed
 from gpt1.pipeline.errors import Gpt1Error
 
 HF_EXPORT_RECORD = "gpt1_export.json"  # written by gpt1.stages.export beside an exported model
+
+
+def check_device(text: str) -> str:
+    """--device: a torch device this machine has (cpu, cuda, cuda:N), named in one line when it is not."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise Gpt1Error(f"--device {text}: not a torch device; give cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise Gpt1Error(f"--device {text}: gpt1 runs on cpu or cuda; give cpu, cuda or cuda:N")
+    count = torch.cuda.device_count() if device.type == "cuda" and torch.cuda.is_available() else 0
+    if device.type == "cuda" and (count == 0 or (device.index or 0) >= count):
+        raise Gpt1Error(f"--device {text}: torch {torch.__version__} sees {count} CUDA device(s); give --device cpu"
+                        + (f" or cuda:0..{count - 1}" if count else ""))
+    return text
 
 
 def _int_or_none(text: str) -> int | None:
@@ -41,7 +59,7 @@ def register(sub: Any, common: Any) -> None:
     sample.add_argument("--temperature", type=float, default=1.0, help="0: greedy (default: %(default)s)")
     sample.add_argument("--top-k", type=_int_or_none, default=40,
                         help="keep the k most likely tokens; 0 or none: all (default: %(default)s)")
-    sample.add_argument("--seed", type=int, default=0, help="sample i uses seed + i (default: %(default)s)")
+    sample.add_argument("--seed", type=seed, default=0, help="sample i uses seed + i (default: %(default)s)")
     sample.add_argument("--samples", type=int, default=1, help="how many continuations (default: %(default)s)")
     sample.add_argument("--device", default="cpu", help="torch device (default: cpu, the reproducible one)")
     sample.add_argument("--workers", type=int, default=None, help="torch threads when the profile is not pinned")
@@ -107,6 +125,10 @@ def _sample(args: argparse.Namespace) -> int:
 
     if args.samples < 1:
         raise Gpt1Error(f"--samples {args.samples}: give at least 1")
+    if args.seed + args.samples - 1 > MAX_SEED:
+        raise Gpt1Error(f"--seed {args.seed} --samples {args.samples}: the last sample's seed passes {MAX_SEED}; "
+                        "give a smaller --seed")
+    check_device(args.device)
     settings = SampleSettings(length=args.length, temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     model, tokenizer = load_sampler(args.model, args.tokenizer, args.device)
     for i in range(args.samples):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpt1.cli.boundary import killable, report
-from gpt1.cli.preflight import check_stage
+from gpt1.cli.preflight import check_stage, seed
 from gpt1.pipeline.config import LAYER_TRANSFER_TASKS, load_config
 from gpt1.training import cores
 
@@ -17,7 +17,6 @@ EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALU
           "e.g. --set bpe.merges=500.")
 
 
-MAX_SEED = 2**32 - 1  # numpy's legacy seeding (and the widest seed every library takes)
 
 
 class Parser(argparse.ArgumentParser):
@@ -25,17 +24,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def seed(text: str) -> int:
-    """--seed: an integer 0 .. 2**32 - 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"{value} is outside 0..{MAX_SEED}")
-    return value
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

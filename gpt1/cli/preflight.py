@@ -1,9 +1,11 @@
 """Checks of a stage's arguments that take milliseconds, run before it loads data, trains or opens an MLflow run:
-the output folder can be written, input folders are folders, a corpus split is not empty. And, after a failure
-that names no file (a library's JSON or tokenizers error), the input file at fault."""
+a seed is one every library takes, the output folder can be written and is no input's, input folders are folders, a
+corpus split is not empty. And, after a failure that names no file (a library's JSON or tokenizers error), the input
+file at fault."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import json
 import os
@@ -20,9 +22,21 @@ INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "
 # Of those, the ones that must be folders (--pretrained may also be a weights file or a hub id).
 FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir", "examples")
 CORPUS_SPLITS = tuple(layout.corpus_split(split) for split in layout.SPLITS)
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (and the widest seed every library takes)
 # Keys stages read from earlier stages' JSON files: valid JSON without them is the input to blame for a KeyError.
 READ_KEYS = {layout.RAW_MANIFEST: ("source", "sha256"), layout.CORPUS_MANIFEST: ("train",),
              layout.MODEL_JSON: ("kind", "config"), layout.TOKENIZER_META: ("pretokenizer", "sha256")}
+
+
+def seed(text: str) -> int:
+    """--seed: an integer 0 .. 2**32 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..{MAX_SEED}")
+    return value
 
 
 def _flag(attr: str) -> str:
@@ -85,6 +99,23 @@ def check_input_folders(args: Namespace) -> None:
                             f"(here perhaps {Path(path).parent})")
 
 
+def check_out_is_no_input(args: Namespace, out: Path) -> None:
+    """A stage replaces its --out folder whole: given an input's folder, it would overwrite what it reads."""
+    for attr in (*INPUT_FOLDERS, "results"):
+        path = getattr(args, attr, None)
+        if path is not None and _exists(Path(path)) and Path(path).resolve() == out.resolve():
+            raise Gpt1Error(f"--out {out}: is the {_flag(attr)} folder, which this stage reads; choose another --out")
+
+
+def check_results_folder(args: Namespace) -> None:
+    """The report reads every job's outputs under --results: a folder that is not there would give a report of gaps
+    alone, written over a finished one."""
+    results = getattr(args, "results", None)
+    if results is not None and not Path(results).is_dir():
+        what = "a file" if Path(results).is_file() else "no such folder"
+        raise Gpt1Error(f"--results {results}: {what}; pass the pipeline's results folder (results/<profile>)")
+
+
 def check_corpus_documents(args: Namespace) -> None:
     """An empty split would train a BPE of nothing without a word (the bpe stage succeeds on it)."""
     corpus = getattr(args, "corpus", None)
@@ -98,12 +129,14 @@ def check_corpus_documents(args: Namespace) -> None:
 def check_stage(args: Namespace) -> None:
     """Everything above for the arguments this stage has, and the MLflow store every stage logs into."""
     check_input_folders(args)
+    check_results_folder(args)
     check_corpus_documents(args)
     out = getattr(args, "out", None)
     if out is not None:
         from gpt1.pipeline.tracking import check_store
 
         check_output_folder(Path(out))
+        check_out_is_no_input(args, Path(out))
         check_store()
 
 

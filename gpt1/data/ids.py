@@ -20,6 +20,7 @@ from gpt1.data.pool import bounded_imap, pool_size
 from gpt1.data.tokenizer import GPT1Tokenizer, paragraph_chunks
 from gpt1.pipeline.errors import IdsError
 from gpt1.pipeline.files import (
+    check_types,
     file_record,
     read_json,
     read_jsonl,
@@ -32,8 +33,9 @@ from gpt1.pipeline.files import (
 if TYPE_CHECKING:
     import torch
 
-HEADER_KEYS = ("tokens", "dtype", "vocab_size", "tokenizer_sha256", "documents", "source_sha256", "pretokenizer",
-               "bytes", "sha256")  # the last two: size and sha256 of the .bin file
+HEADER_TYPES = {"tokens": int, "dtype": str, "vocab_size": int, "tokenizer_sha256": str, "documents": int,
+                "source_sha256": str, "pretokenizer": str, "bytes": int, "sha256": str}  # the last two: the .bin's
+HEADER_KEYS = tuple(HEADER_TYPES)
 
 
 @cache
@@ -119,6 +121,7 @@ def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: st
     missing = [k for k in HEADER_KEYS if k not in header]
     if missing:
         raise IdsError(f"{header_path}: header lacks {', '.join(missing)}; re-run gpt1 encode")
+    check_types(header, HEADER_TYPES, header_path, "encode", IdsError)
     expected = header["tokens"] * np.dtype(header["dtype"]).itemsize
     if bin_path.stat().st_size != expected:
         raise IdsError(

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from torch import nn
 
 from gpt1.data.tokenizer import FINETUNE_SPECIALS, GPT1Tokenizer
-from gpt1.modeling.checkpoints import build_model, config_from_dict, load_pretrained
+from gpt1.modeling.checkpoints import build_model, config_from_dict, is_local, load_pretrained
 from gpt1.pipeline import layout
 from gpt1.pipeline.errors import FinetuneError, UsageError
 from gpt1.pipeline.files import read_json
@@ -57,15 +57,14 @@ def get_variant(name: str) -> Variant:
 
 def _require_pretrain_files(folder: Path, variant: Variant) -> None:
     stage = "gpt1 pretrain --model lstm" if variant.model_kind == "lstm" else "gpt1 pretrain"
+    if folder.is_file():
+        guess = folder.parent.parent if folder.parent.name == layout.SNAPSHOTS else folder.parent
+        raise FinetuneError(f"--pretrained {folder}: a file; fine-tuning starts from the folder {stage} wrote (here "
+                            f"perhaps {guess})")
     needed = (layout.MODEL_JSON,) if variant.init == "random" else (layout.MODEL_JSON, layout.MODEL_WEIGHTS)
     for name in needed:
         if not (folder / name).is_file():
             raise FinetuneError(f"{folder / name}: missing; run the pretrain stage ({stage} --out {folder}) first")
-
-
-def _is_local(source: str) -> bool:
-    """A path rather than a hub id ('org/name'): absolute, relative with ./.., or deeper than org/name."""
-    return Path(source).exists() or source.startswith((".", "/", "~")) or source.count("/") > 1
 
 
 def reference_bpe() -> Path:
@@ -86,7 +85,7 @@ def released_tokenizer(source: str, tokenizer_dir: Path | None) -> tuple[GPT1Tok
     for folder in candidates:
         if folder is not None and _has_released_vocab(Path(folder)):
             return load_released(folder), str(folder)
-    if not _is_local(source):
+    if not is_local(source):
         return load_released(source), source
     raise FinetuneError(f"{source}: no released vocabulary ({' or '.join(' + '.join(p) for p in RELEASED_VOCAB_FILES)})"
                         f" there, in {tokenizer_dir} or in {reference} (set {RELEASED_BPE_ENV} to a copy)")
@@ -103,7 +102,7 @@ def load_tokenizer(variant: Variant, pretrained: str, tokenizer_dir: Path | None
 def load_backbone(variant: Variant, pretrained: str) -> tuple[nn.Module, dict[str, Any]]:
     """(language model, meta) for a variant; meta as gpt1.modeling.checkpoints.load_pretrained returns it."""
     if variant.init == "released":
-        if _is_local(pretrained) and not (Path(pretrained) / "config.json").is_file():
+        if is_local(pretrained) and not (Path(pretrained) / "config.json").is_file():
             raise FinetuneError(f"{Path(pretrained) / 'config.json'}: missing; give a Hugging Face OpenAIGPT folder "
                                 f"(gpt1 export --format hf) or a hub id such as {RELEASED_HUB_ID}")
         return load_pretrained(pretrained)

@@ -232,7 +232,17 @@ def load_pretrained(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     if path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
         raise CheckpointError(f"{path}: not a pretrain folder ({layout.MODEL_JSON}), a .safetensors file or a "
                               f"Hugging Face folder (config.json)")
+    if not path.exists() and is_local(str(source)):
+        raise CheckpointError(f"{source}: no such file or folder; give a pretrain folder, a .safetensors snapshot, a "
+                              f"Hugging Face folder or a hub id (org/name)")
     return _load_hf_model(source, path)
+
+
+def is_local(source: str) -> bool:
+    """A path rather than a hub id (`name` or `org/name`): there, or starting at /, . or ~, deeper than org/name, or
+    with a weights or JSON file's suffix."""
+    return (Path(source).exists() or source.startswith((".", "/", "~")) or source.count("/") > 1
+            or source.endswith((".safetensors", ".json")))
 
 
 __all__ = [
@@ -241,6 +251,7 @@ __all__ = [
     "build_model",
     "canonical_safetensors",
     "config_from_dict",
+    "is_local",
     "iter_snapshots",
     "load_pretrained",
     "load_weights",

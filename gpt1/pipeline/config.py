@@ -9,6 +9,7 @@ import copy
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
                           f"e.g. --set 'corpus.files=[\"books/*.txt\"]'") from err
 
 
+def _whole_hint(text: str, path: Sequence[str], depth: int, node: dict[str, Any]) -> str:
+    """For a key that holds no section yet (unset, null): how to give it whole, e.g. 'by_model={gpt: {lr: 1e-3}}'."""
+    if path[depth] in node and node[path[depth]] not in (None, {}):
+        return ""  # a value, not an empty section: the key is not a section at all
+    nested = text.partition("=")[2]
+    for key in reversed(path[depth + 1:]):
+        nested = f"{{{key}: {nested}}}"
+    return f"; a setting unset here is given whole: --set '{'.'.join(path[: depth + 1])}={nested}'"
+
+
 def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) -> dict[str, Any]:
     """Overrides are relative to the selected profile ('bpe.merges=10'); unknown keys are caught by the schema."""
     root = copy.deepcopy(root)
@@ -294,9 +305,10 @@ def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) ->
         node = profiles.get(profile) if isinstance(profiles, dict) else None
         if not isinstance(node, dict):
             break  # the missing profile is reported by check_semantics
-        for part in path[:-1]:
+        for depth, part in enumerate(path[:-1]):
             if not isinstance(node.get(part), dict):
-                raise ConfigError(f"--set {text}: {part!r} is not a section of profiles.{profile}")
+                raise ConfigError(f"--set {text}: {part!r} is not a section of profiles.{profile}"
+                                  + _whole_hint(text, path, depth, node))
             node = node[part]
         node[path[-1]] = value
     return root

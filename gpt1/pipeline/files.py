@@ -7,7 +7,7 @@ import csv
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,6 +64,20 @@ def write_csv(path: Path, fields: Sequence[str], rows: Iterable[dict[str, Any]])
 
 def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+_KIND_NAMES = {int: "an integer", str: "text", float: "a number", list: "a list", dict: "an object"}
+
+
+def check_types(record: Mapping[str, Any], kinds: Mapping[str, type], path: str | Path, producer: str,
+                error: type[Gpt1Error] = Gpt1Error) -> None:
+    """The keys an earlier stage writes, of the types it writes them: a hand-edited or foreign value stops the
+    reader here, naming the file and key, not later in a traceback. Absent keys are the caller's to name."""
+    for key, kind in kinds.items():
+        value = record.get(key)
+        if key in record and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
+            raise error(f"{path}: key {key!r} is {value!r}, expected {_KIND_NAMES.get(kind, kind.__name__)}; "
+                        f"re-run gpt1 {producer}")
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

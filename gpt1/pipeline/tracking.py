@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from gpt1.pipeline.errors import Gpt1Error, TrackingError
 
 DEFAULT_URI = "sqlite:///mlflow.db"
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}  # SQLAlchemy's dialects MLflow stores in
 PIPELINE_RUN_ENV = "GPT1_PIPELINE_RUN"  # a tag grouping the runs of one pipeline invocation
 METRICS_PER_BATCH = 1000  # MLflow's cap on metrics per log_batch call
 LOCK_TIMEOUT_ENV = "GPT1_MLFLOW_LOCK_TIMEOUT"  # seconds to wait for a locked sqlite store before giving up
@@ -105,12 +106,29 @@ def _probe_server(uri: str) -> None:
     except ValueError as err:
         raise TrackingError(f"MLFLOW_TRACKING_URI={shown(uri)}: not a server address ({err}); e.g. "
                             f"http://127.0.0.1:5000") from err
+    _reach(parts.hostname, port, f"MLflow server {shown(uri)}")
+
+
+def _reach(host: str, port: int, what: str) -> None:
     try:
-        socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise TrackingError(f"MLflow server {shown(uri)} is unreachable ({reason}); start it, or set "
-                            f"MLFLOW_TRACKING_URI to a running server or to {DEFAULT_URI}") from err
+        raise TrackingError(f"{what} is unreachable ({reason}); start it, or set MLFLOW_TRACKING_URI to a running "
+                            f"one or to {DEFAULT_URI}") from err
+
+
+def _probe_database(uri: str) -> None:
+    """A database store (postgresql://, mysql://, mssql://): fail in seconds, not after SQLAlchemy's minute of
+    retries, when nothing listens at its address. A local socket (no host) answers at once by itself."""
+    parts = urllib.parse.urlsplit(uri)
+    try:
+        port = parts.port or DATABASE_PORTS[parts.scheme.split("+")[0]]
+    except ValueError as err:
+        raise TrackingError(f"MLFLOW_TRACKING_URI={shown(uri)}: not a database address ({err}); e.g. "
+                            f"postgresql://user:password@127.0.0.1:5432/mlflow") from err
+    if parts.hostname:
+        _reach(parts.hostname, port, f"MLflow database {shown(uri)}")
 
 
 def _size_problem(path: Path) -> str | None:
@@ -181,13 +199,50 @@ def _check_sqlite(path: Path) -> None:
                             f"a new store, or set MLFLOW_TRACKING_URI to the right one")
 
 
+def check_pipeline_run(name: str) -> str:
+    """A pipeline invocation's name, as the report will search its runs by it (MLflow's filter strings cannot escape
+    quotes or backslashes): refused by every stage, before its work, rather than by the last."""
+    if "'" in name or "\\" in name:
+        raise TrackingError(f"{PIPELINE_RUN_ENV}={name!r}: quotes and backslashes cannot be searched for; use letters, "
+                            "digits, '-', '_' or ':'")
+    return name
+
+
+def pipeline_run_name() -> str | None:
+    """$GPT1_PIPELINE_RUN, checked; None when unset."""
+    name = os.environ.get(PIPELINE_RUN_ENV)
+    return check_pipeline_run(name) if name else None
+
+
 def check_store(uri: str | None = None) -> None:
-    """Fail in seconds, naming the store, when a stage could not log into it."""
+    """Fail in seconds, naming the store (or the pipeline's name its runs are tagged with), when a stage could not
+    log into it."""
+    pipeline_run_name()
     uri = uri or tracking_uri()
     if uri.startswith(("http://", "https://")):
         _probe_server(uri)
+    elif uri.split("+")[0].split(":")[0] in DATABASE_PORTS:
+        _probe_database(uri)
     elif (path := _sqlite_file(uri)) is not None:
         _check_sqlite(path)
+
+
+def check_artifact_folder(artifact_uri: str) -> None:
+    """Fail before the stage's work, naming the folder, when a run's artifacts could not be written there (a local
+    store's experiment keeps the folder it was made with, ./mlruns/<id> by default): a stage logs its artifacts after
+    its outputs are in place, too late to stop. A remote artifact store is the server's to check."""
+    parsed = urllib.parse.urlparse(artifact_uri)
+    if parsed.scheme not in ("", "file"):
+        return
+    folder = Path(urllib.parse.unquote(parsed.path))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".gpt1-write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise TrackingError(f"MLflow artifact folder {folder}: {err.strerror or err}; make it a writable folder (the "
+                            "experiment's artifact location), or set MLFLOW_TRACKING_URI to another store") from err
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -208,6 +263,12 @@ def _store_fix(message: str) -> str:
         return "this user may not do that: ask the server's admin for EDIT on the experiment (params.yaml mlflow)"
     if "locked" in lowered:
         return "another process holds the store; let it finish or stop it, then rerun"
+    if "filesystem tracking backend" in lowered:
+        return ("MLflow 3 keeps runs in a database: set MLFLOW_TRACKING_URI=sqlite:///mlflow.db (`mlflow "
+                "migrate-filestore` moves the old runs there), or MLFLOW_ALLOW_FILE_STORE=true to keep the file store")
+    if "'active' state" in lowered or "deleted" in lowered:
+        return ("the experiment was deleted: restore it (mlflow experiments restore --experiment-id <id>), or name "
+                "another in params.yaml (mlflow.experiment)")
     if "malformed" in lowered or "not a database" in lowered:
         return "the store is corrupt; move it away to start a new one"
     if "connection" in lowered or "max retries" in lowered or "timed out" in lowered:
@@ -219,7 +280,8 @@ def store_error(err: BaseException) -> TrackingError:
     """One line for an error of the MLflow store: what it said (first line) and what to do."""
     uri = tracking_uri()
     where = _sqlite_file(uri) or shown(uri)
-    said = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+    said = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    said = said if len(said) <= 300 else said[:300].rsplit(". ", 1)[0] + " ..."  # whole sentences
     return TrackingError(f"MLflow store {where}: {said}; {_store_fix(said)}")
 
 
@@ -508,10 +570,11 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
     with _translated():
         client = MlflowClient(tracking_uri())
     tags = {"gpt1.stage": stage, "gpt1.profile": profile, "mlflow.source.git.commit": git_commit(), **machine_tags()}
-    if os.environ.get(PIPELINE_RUN_ENV):
-        tags[PIPELINE_TAG] = os.environ[PIPELINE_RUN_ENV]
+    if pipeline := pipeline_run_name():
+        tags[PIPELINE_TAG] = pipeline
     run = _retry(lambda: client.create_run(experiment_id, tags=tags, run_name=name or stage))
     try:
+        check_artifact_folder(run.info.artifact_uri)
         logger = StageRun(run.info.run_id, experiment_id)
         logger.log_params(params)
         yield logger

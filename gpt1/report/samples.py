@@ -90,6 +90,9 @@ def draw_samples(settings: Mapping[str, Any], pretrain_dir: Path, tokenizer_dir:
 
     draw = SampleSettings(settings["length"], settings["temperature"], settings["top_k"], settings["seed"])
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)
+    for i, prompt in enumerate(settings["prompts"]):
+        if not tokenizer.encode(prompt):
+            raise ReportError(f"samples.prompts[{i}]: {prompt!r} encodes to no tokens; give some text in params.yaml")
     entries = list(iter_snapshots(pretrain_dir))
     numerics = in_effect("cpu")
     snapshots = []

@@ -3,14 +3,12 @@ all together, and make the report's MLflow run the parent of this pipeline invoc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpt1.pipeline import layout
-from gpt1.pipeline.errors import ReportError
 from gpt1.pipeline.files import staged_outputs, write_json
 from gpt1.pipeline.plan import Plan
 from gpt1.report.figures import (
@@ -192,16 +190,12 @@ def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> 
     `parent_run_id`, so that `mlflow ui` nests them under the report; returns the children's run ids."""
     from mlflow.tracking import MlflowClient
 
-    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, StageRun, tracking_uri
+    from gpt1.pipeline.tracking import StageRun, check_pipeline_run, pipeline_run_name, tracking_uri
 
-    pipeline_run = pipeline_run if pipeline_run is not None else os.environ.get(PIPELINE_RUN_ENV)
+    pipeline_run = pipeline_run if pipeline_run is not None else pipeline_run_name()
     if not pipeline_run:
         return []
-    if "'" in pipeline_run or "\\" in pipeline_run:  # MLflow's filter strings cannot escape them
-        raise ReportError(
-            f"{PIPELINE_RUN_ENV}={pipeline_run!r}: quotes and backslashes cannot be searched for; "
-            "use letters, digits, '-', '_' or ':'"
-        )
+    check_pipeline_run(pipeline_run)
     client = MlflowClient(tracking_uri())
     experiment = client.get_run(parent_run_id).info.experiment_id
     query = f"tags.`{PIPELINE_TAG}` = '{pipeline_run}'"
@@ -243,9 +237,9 @@ def report_metrics(summary: Mapping[str, float]) -> dict[str, float]:
 
 def report_run_name() -> str:
     """"report <pipeline id>" ($GPT1_PIPELINE_RUN): which pipeline's report, and parent, a row of the runs is."""
-    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV
+    from gpt1.pipeline.tracking import pipeline_run_name
 
-    pipeline = os.environ.get(PIPELINE_RUN_ENV)
+    pipeline = pipeline_run_name()
     return f"report {pipeline}" if pipeline else "report"
 
 

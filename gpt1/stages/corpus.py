@@ -139,12 +139,13 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
 
 def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     """`gpt1 clean`: RAW/raw.jsonl -> OUT/{train,validation}.jsonl and OUT/manifest.json."""
-    from gpt1.pipeline.files import read_json, require_files, verify_file
+    from gpt1.pipeline.files import check_types, read_json, require_files, verify_file
     from gpt1.pipeline.tracking import stage_run
 
     require_files("fetch", raw_dir / layout.RAW, raw_dir / layout.RAW_MANIFEST)
     corpus = cfg.section("corpus")
     raw_info = read_json(raw_dir / layout.RAW_MANIFEST)
+    check_types(raw_info, {"source": str, "sha256": str}, raw_dir / layout.RAW_MANIFEST, "fetch")
     verify_file(raw_dir / layout.RAW, raw_info, "fetch", raw_dir / layout.RAW_MANIFEST)
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
     with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:

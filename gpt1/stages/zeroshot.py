@@ -37,7 +37,7 @@ from gpt1.evaluation.significance import RESAMPLES
 from gpt1.modeling.checkpoints import iter_snapshots, load_pretrained
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import ZeroshotError
-from gpt1.pipeline.files import file_record, read_json, require_files, staged_outputs, write_csv
+from gpt1.pipeline.files import check_types, file_record, read_json, require_files, staged_outputs, write_csv
 from gpt1.training.numerics import in_effect, note_upstream
 from gpt1.training.runtime import default_device
 
@@ -116,10 +116,12 @@ def check_inputs(model_dir: Path, tokenizer: GPT1Tokenizer) -> dict[str, Any]:
 def _check_snapshot_index(path: Path) -> None:
     """A list of at least one {index, step, tokens}: anything else would score the final model alone, silently."""
     entries = read_json(path)
-    keys = {"index", "step", "tokens"}
-    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and keys <= e.keys()
+    kinds = {"index": int, "step": int, "tokens": int}
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and kinds.keys() <= e.keys()
                                                                for e in entries):
         raise ZeroshotError(f"{path}: not a list of snapshots with index, step and tokens; re-run gpt1 pretrain")
+    for entry in entries:
+        check_types(entry, kinds, path, "pretrain", ZeroshotError)
 
 
 def check_references(references: dict[str, Any]) -> dict[str, Any]:
