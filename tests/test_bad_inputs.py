@@ -448,7 +448,7 @@ CASES = [
          extra=("--set", "corpus.max_bytes=0"), code=2),
     # command-line arguments
     Case("cli/set-into-an-unset-section", config(), "--set pretrain.by_model.gpt.lr=1e-3: 'by_model' is not a section "
-         "of profiles.smoke; a setting unset here is given whole: --set 'pretrain.by_model={gpt: {lr: 1e-3}}'",
+         "of profiles.smoke; a setting unset here is given whole: --set 'pretrain.by_model={gpt: {lr: 0.001}}'",
          extra=("--set", "pretrain.by_model.gpt.lr=1e-3"), code=2),
     Case("params/cuda-graphs-maybe", config(), "profiles.smoke.finetune.cuda_graphs: 'maybe' is not one of True, "
          "False, auto", extra=("--set", "finetune.cuda_graphs=maybe"), code=2),
@@ -657,16 +657,24 @@ CASES = [
          "which is a file", extra=("--out", "{w}/corpus/train.jsonl/ids")),
     Case("fs/out-is-its-input", export(), "--out {w}/pretrain: is the --model-dir folder, which this stage reads; "
          "choose another --out", extra=("--out", "{w}/pretrain")),
-    Case("fs/out-is-its-input-spelled-otherwise", encode(), "--out {w}/corpus/../tokenizer: is the --tokenizer "
-         "folder", extra=("--out", "{w}/corpus/../tokenizer")),
+    Case("fs/out-is-its-model-spelled-otherwise", zeroshot(), "--out {w}/corpus/../pretrain: is the --model-dir "
+         "folder", extra=("--out", "{w}/corpus/../pretrain")),
+    Case("fs/out-is-the-model-it-fine-tunes", finetune(), "--out {w}/pretrain: is the --pretrained folder",
+         extra=("--out", "{w}/pretrain")),
     Case("args/sample-device-not-torchs", ["sample", "--model", "{w}/pretrain", "--device", "gpu"],
-         "--device gpu: not a torch device; give cpu, cuda or cuda:N"),
+         "--device gpu: not a torch device; give cpu, cuda or cuda:N", code=2),
     Case("args/sample-device-absent", ["sample", "--model", "{w}/pretrain", "--device", "cuda:7"],
-         "--device cuda:7: torch "),
+         "--device cuda:7: torch ", code=2),
     Case("args/sample-seed-too-large", ["sample", "--model", "{w}/pretrain", "--seed", "18446744073709551616"],
          "argument --seed: 18446744073709551616 is outside 0..4294967295", code=2),
     Case("args/sample-seeds-pass-the-largest", ["sample", "--model", "{w}/pretrain", "--seed", "4294967295",
-                                                "--samples", "2"], "the last sample's seed passes 4294967295"),
+                                                "--samples", "2"], "the last sample's seed passes 4294967295", code=2),
+    Case("fs/out-a-link-to-its-model", export(), "--out {w}/link: is the --model-dir folder",
+         lambda w: (w / "link").symlink_to(w / "pretrain"), extra=("--out", "{w}/link")),
+    Case("args/report-results-a-file", ["report", "--results", "{w}/raw/raw.jsonl", "--out", "{w}/report"],
+         "--results {w}/raw/raw.jsonl: a file; pass the pipeline's results folder (results/<profile>)"),
+    Case("args/sample-weights-file-mistyped", ["sample", "--model", "snapshots/07.safetensors"],
+         "snapshots/07.safetensors: no such file or folder"),
     Case("args/report-results-missing", ["report", "--results", "{w}/nowhere", "--out", "{w}/report"],
          "--results {w}/nowhere: no such folder; pass the pipeline's results folder (results/<profile>)"),
     Case("fs/out-under-a-device", fetch(), "--out /dev/null/raw: is inside /dev/null, which is a file",

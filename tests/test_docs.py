@@ -129,14 +129,17 @@ def code_name_problem(name: str) -> str | None:
     if parts[0] not in CODE_FOLDERS and (len(parts) < 2 or parts[0] in TAG_NAMESPACES):
         return None
     for k in range(len(parts), 0, -1):  # the longest prefix that is a module, then attributes
+        module = ".".join(["gpt1", *parts[:k]])
         try:
-            target = importlib.import_module(".".join(["gpt1", *parts[:k]]))
-        except ModuleNotFoundError:
+            target = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if not (err.name or "gpt1").startswith("gpt1"):
+                raise  # a package the module imports is missing: the environment's fault, not the name's
             continue
         for attribute in parts[k:]:
             fields = getattr(target, "__dataclass_fields__", {})
             if not hasattr(target, attribute) and attribute not in fields:
-                return f"{'.'.join(['gpt1', *parts[:k]])} has no {attribute}"
+                return f"{module} has no {attribute}"
             target = getattr(target, attribute, None)
         return None
     return "no such module"

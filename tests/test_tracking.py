@@ -242,3 +242,49 @@ def test_a_server_that_wants_credentials_is_named_with_the_fix(monkeypatch, said
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     error = tracking.store_error(MlflowException(said))
     assert str(error).startswith("MLflow store http://127.0.0.1:5000: API request") and fix in str(error)
+
+
+@pytest.mark.parametrize(("uri", "probed"), [
+    ("postgresql://me@db.example:5433/mlflow", ("db.example", 5433)),
+    ("POSTGRESQL+psycopg2://me@db.example/mlflow", ("db.example", 5432)),
+    ("mysql+pymysql://me@10.0.0.2/mlflow", ("10.0.0.2", 3306)),
+    ("mssql+pymssql://me@sql.example/mlflow", ("sql.example", 1433)),
+    ("mysql://me@localhost/mlflow", None),  # MySQL's clients take the socket for localhost
+    ("mssql+pyodbc://me:pw@my_dsn", None),  # an ODBC data source's name, no host
+    ("postgresql://me@/mlflow?host=/var/run/postgresql", None),  # a local socket
+    ("sqlite:///mlflow.db", None),
+])
+def test_a_database_store_is_probed_at_its_tcp_address_only(monkeypatch, uri, probed):
+    """What a dead server costs is seconds, not SQLAlchemy's minute of retries; an address that is no TCP host is
+    the driver's to reach (probing it would refuse a store that works)."""
+    reached = []
+    monkeypatch.setattr(tracking, "_reach", lambda host, port, what: reached.append((host, port)))
+    monkeypatch.setattr(tracking, "_check_sqlite", lambda path: None)
+    check_store(uri)
+    assert reached == ([probed] if probed else [])
+
+
+def test_a_long_store_message_is_cut_at_a_sentence_and_its_fix_read_from_all_of_it(monkeypatch):
+    from gpt1.pipeline.tracking import store_error
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    long = "The store said something long. " * 12 + "The server answered 401."
+    said = str(store_error(RuntimeError(long)))
+    assert said.startswith("MLflow store http://127.0.0.1:5000: The store said something long.")
+    assert " ...; the server wants a user" in said and len(said) < 520
+    one_sentence = "A. " + "x" * 400
+    assert f"{one_sentence[:300]} ...;" in str(store_error(RuntimeError(one_sentence)))  # no 'A ...' left alone
+    run_deleted = "The run 12ab must be in the 'active' state. Current state is deleted."
+    assert "experiment was deleted" not in str(store_error(RuntimeError(run_deleted)))
+
+
+def test_the_artifact_folder_is_the_one_mlflow_writes(tmp_path):
+    from gpt1.pipeline.tracking import check_artifact_folder
+
+    check_artifact_folder(f"file://{tmp_path}/a%20b/artifacts")  # MLflow decodes %20: the folder it will write
+    assert (tmp_path / "a b" / "artifacts").is_dir() and not list((tmp_path / "a b" / "artifacts").iterdir())
+    check_artifact_folder(f"{tmp_path}/h#1/artifacts")  # a plain path is whole, # and all
+    assert (tmp_path / "h#1" / "artifacts").is_dir()
+    for remote in ("mlflow-artifacts:/1/abc/artifacts", "s3://bucket/1/abc/artifacts", "file://otherhost/x"):
+        check_artifact_folder(remote)  # the server's to check: nothing made here
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "h#1"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.cli.preflight import MAX_SEED, seed
-from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.errors import Gpt1Error, UsageError
 
 HF_EXPORT_RECORD = "gpt1_export.json"  # written by gpt1.stages.export beside an exported model
 
@@ -27,12 +27,12 @@ def check_device(text: str) -> str:
     try:
         device = torch.device(text)
     except RuntimeError:
-        raise Gpt1Error(f"--device {text}: not a torch device; give cpu, cuda or cuda:N") from None
+        raise UsageError(f"--device {text}: not a torch device; give cpu, cuda or cuda:N") from None
     if device.type not in ("cpu", "cuda"):
-        raise Gpt1Error(f"--device {text}: gpt1 runs on cpu or cuda; give cpu, cuda or cuda:N")
+        raise UsageError(f"--device {text}: gpt1 runs on cpu or cuda; give cpu, cuda or cuda:N")
     count = torch.cuda.device_count() if device.type == "cuda" and torch.cuda.is_available() else 0
     if device.type == "cuda" and (count == 0 or (device.index or 0) >= count):
-        raise Gpt1Error(f"--device {text}: torch {torch.__version__} sees {count} CUDA device(s); give --device cpu"
+        raise UsageError(f"--device {text}: torch {torch.__version__} sees {count} CUDA device(s); give --device cpu"
                         + (f" or cuda:0..{count - 1}" if count else ""))
     return text
 
@@ -126,7 +126,7 @@ def _sample(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise Gpt1Error(f"--samples {args.samples}: give at least 1")
     if args.seed + args.samples - 1 > MAX_SEED:
-        raise Gpt1Error(f"--seed {args.seed} --samples {args.samples}: the last sample's seed passes {MAX_SEED}; "
+        raise UsageError(f"--seed {args.seed} --samples {args.samples}: the last sample's seed passes {MAX_SEED}; "
                         "give a smaller --seed")
     check_device(args.device)
     settings = SampleSettings(length=args.length, temperature=args.temperature, top_k=args.top_k, seed=args.seed)

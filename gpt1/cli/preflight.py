@@ -1,7 +1,7 @@
 """Checks of a stage's arguments that take milliseconds, run before it loads data, trains or opens an MLflow run:
-a seed is one every library takes, the output folder can be written and is no input's, input folders are folders, a
-corpus split is not empty. And, after a failure that names no file (a library's JSON or tokenizers error), the input
-file at fault."""
+a seed is one every library takes, the output folder can be written and is not the model's it reads, input folders
+are folders, a corpus split is not empty. And, after a failure that names no file (a library's JSON or tokenizers
+error), the input file at fault."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from gpt1.pipeline.errors import Gpt1Error
 # Arguments naming the folder of an earlier stage, and that stage.
 INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "encode", "pretrained": "pretrain",
                  "model_dir": "pretrain", "examples": "encode-task"}
+# Of those, the pre-trained models' folders: never a stage's --out.
+MODEL_INPUTS = ("pretrained", "model_dir")
 # Of those, the ones that must be folders (--pretrained may also be a weights file or a hub id).
 FOLDER_ONLY = ("raw", "corpus", "tokenizer", "ids", "model_dir", "examples")
 CORPUS_SPLITS = tuple(layout.corpus_split(split) for split in layout.SPLITS)
@@ -99,9 +101,11 @@ def check_input_folders(args: Namespace) -> None:
                             f"(here perhaps {Path(path).parent})")
 
 
-def check_out_is_no_input(args: Namespace, out: Path) -> None:
-    """A stage replaces its --out folder whole: given an input's folder, it would overwrite what it reads."""
-    for attr in (*INPUT_FOLDERS, "results"):
+def check_out_is_no_model_input(args: Namespace, out: Path) -> None:
+    """--out may not be the pre-trained model's folder the stage reads: its files would be written over (export's
+    model.safetensors over pretrain's), or written into another stage's declared output. Data folders are shared by
+    design (fetch and clean both write corpus/, the report writes into the --results folder it reads)."""
+    for attr in MODEL_INPUTS:
         path = getattr(args, attr, None)
         if path is not None and _exists(Path(path)) and Path(path).resolve() == out.resolve():
             raise Gpt1Error(f"--out {out}: is the {_flag(attr)} folder, which this stage reads; choose another --out")
@@ -136,7 +140,7 @@ def check_stage(args: Namespace) -> None:
         from gpt1.pipeline.tracking import check_store
 
         check_output_folder(Path(out))
-        check_out_is_no_input(args, Path(out))
+        check_out_is_no_model_input(args, Path(out))
         check_store()
 
 

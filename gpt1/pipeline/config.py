@@ -9,6 +9,7 @@ import copy
 import math
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,14 +287,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
                           f"e.g. --set 'corpus.files=[\"books/*.txt\"]'") from err
 
 
-def _whole_hint(text: str, path: Sequence[str], depth: int, node: dict[str, Any]) -> str:
-    """For a key that holds no section yet (unset, null): how to give it whole, e.g. 'by_model={gpt: {lr: 1e-3}}'."""
-    if path[depth] in node and node[path[depth]] not in (None, {}):
-        return ""  # a value, not an empty section: the key is not a section at all
-    nested = text.partition("=")[2]
+def _whole_hint(path: Sequence[str], depth: int, value: Any, node: dict[str, Any]) -> str:
+    """For a key that holds no section yet (unset or null): how to give it whole, e.g. 'by_model={gpt: {lr: 0.001}}'
+    (the value as YAML, quoted for the shell)."""
+    if node.get(path[depth]) is not None:
+        return ""  # a value, not an unset section: the key is no section at all
+    nested = value
     for key in reversed(path[depth + 1:]):
-        nested = f"{{{key}: {nested}}}"
-    return f"; a setting unset here is given whole: --set '{'.'.join(path[: depth + 1])}={nested}'"
+        nested = {key: nested}
+    given = yaml.safe_dump(nested, default_flow_style=True, width=1 << 16).strip()
+    return f"; a setting unset here is given whole: --set {shlex.quote('.'.join(path[: depth + 1]) + '=' + given)}"
 
 
 def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) -> dict[str, Any]:
@@ -308,7 +311,7 @@ def apply_overrides(root: dict[str, Any], profile: str, overrides: list[str]) ->
         for depth, part in enumerate(path[:-1]):
             if not isinstance(node.get(part), dict):
                 raise ConfigError(f"--set {text}: {part!r} is not a section of profiles.{profile}"
-                                  + _whole_hint(text, path, depth, node))
+                                  + _whole_hint(path, depth, value, node))
             node = node[part]
         node[path[-1]] = value
     return root

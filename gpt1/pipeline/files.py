@@ -73,6 +73,8 @@ def check_types(record: Mapping[str, Any], kinds: Mapping[str, type], path: str 
                 error: type[Gpt1Error] = Gpt1Error) -> None:
     """The keys an earlier stage writes, of the types it writes them: a hand-edited or foreign value stops the
     reader here, naming the file and key, not later in a traceback. Absent keys are the caller's to name."""
+    if not isinstance(record, Mapping):
+        raise error(f"{path}: holds a {type(record).__name__}, expected an object; re-run gpt1 {producer}")
     for key, kind in kinds.items():
         value = record.get(key)
         if key in record and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):

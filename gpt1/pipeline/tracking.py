@@ -27,6 +27,7 @@ import random
 import socket
 import sqlite3
 import subprocess
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -118,17 +119,28 @@ def _reach(host: str, port: int, what: str) -> None:
                             f"one or to {DEFAULT_URI}") from err
 
 
-def _probe_database(uri: str) -> None:
+def _database_dialect(uri: str) -> str | None:
+    """postgresql, mysql or mssql for a database store's URI (postgresql+psycopg2://... too), else None."""
+    dialect = urllib.parse.urlsplit(uri).scheme.lower().partition("+")[0]
+    return dialect if dialect in DATABASE_PORTS else None
+
+
+def _probe_database(uri: str, dialect: str) -> None:
     """A database store (postgresql://, mysql://, mssql://): fail in seconds, not after SQLAlchemy's minute of
-    retries, when nothing listens at its address. A local socket (no host) answers at once by itself."""
+    retries, when nothing listens at its address. Left to the driver where the address is no TCP host: a local
+    socket (no host, or ?host= / ?unix_socket=), MySQL's localhost (its clients take the socket), an ODBC DSN."""
     parts = urllib.parse.urlsplit(uri)
     try:
-        port = parts.port or DATABASE_PORTS[parts.scheme.split("+")[0]]
+        port = parts.port
     except ValueError as err:
         raise TrackingError(f"MLFLOW_TRACKING_URI={shown(uri)}: not a database address ({err}); e.g. "
                             f"postgresql://user:password@127.0.0.1:5432/mlflow") from err
-    if parts.hostname:
-        _reach(parts.hostname, port, f"MLflow database {shown(uri)}")
+    query = urllib.parse.parse_qs(parts.query)
+    socket_only = (not parts.hostname or "host" in query or "unix_socket" in query or "odbc_connect" in query
+                   or (dialect == "mysql" and parts.hostname == "localhost" and port is None)
+                   or ("pyodbc" in parts.scheme.lower() and port is None))
+    if not socket_only:
+        _reach(parts.hostname, port or DATABASE_PORTS[dialect], f"MLflow database {shown(uri)}")
 
 
 def _size_problem(path: Path) -> str | None:
@@ -221,8 +233,8 @@ def check_store(uri: str | None = None) -> None:
     uri = uri or tracking_uri()
     if uri.startswith(("http://", "https://")):
         _probe_server(uri)
-    elif uri.split("+")[0].split(":")[0] in DATABASE_PORTS:
-        _probe_database(uri)
+    elif dialect := _database_dialect(uri):
+        _probe_database(uri, dialect)
     elif (path := _sqlite_file(uri)) is not None:
         _check_sqlite(path)
 
@@ -231,15 +243,16 @@ def check_artifact_folder(artifact_uri: str) -> None:
     """Fail before the stage's work, naming the folder, when a run's artifacts could not be written there (a local
     store's experiment keeps the folder it was made with, ./mlruns/<id> by default): a stage logs its artifacts after
     its outputs are in place, too late to stop. A remote artifact store is the server's to check."""
-    parsed = urllib.parse.urlparse(artifact_uri)
-    if parsed.scheme not in ("", "file"):
+    from mlflow.utils.file_utils import get_local_path_or_none
+
+    local = get_local_path_or_none(artifact_uri)  # the path as MLflow will write it; None where it is not local
+    if local is None:
         return
-    folder = Path(urllib.parse.unquote(parsed.path))
+    folder = Path(local)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".gpt1-write-probe-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=folder):
+            pass
     except OSError as err:
         raise TrackingError(f"MLflow artifact folder {folder}: {err.strerror or err}; make it a writable folder (the "
                             "experiment's artifact location), or set MLFLOW_TRACKING_URI to another store") from err
@@ -266,7 +279,7 @@ def _store_fix(message: str) -> str:
     if "filesystem tracking backend" in lowered:
         return ("MLflow 3 keeps runs in a database: set MLFLOW_TRACKING_URI=sqlite:///mlflow.db (`mlflow "
                 "migrate-filestore` moves the old runs there), or MLFLOW_ALLOW_FILE_STORE=true to keep the file store")
-    if "'active' state" in lowered or "deleted" in lowered:
+    if "experiment" in lowered and ("'active' state" in lowered or "deleted" in lowered):
         return ("the experiment was deleted: restore it (mlflow experiments restore --experiment-id <id>), or name "
                 "another in params.yaml (mlflow.experiment)")
     if "malformed" in lowered or "not a database" in lowered:
@@ -280,9 +293,12 @@ def store_error(err: BaseException) -> TrackingError:
     """One line for an error of the MLflow store: what it said (first line) and what to do."""
     uri = tracking_uri()
     where = _sqlite_file(uri) or shown(uri)
-    said = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    said = said if len(said) <= 300 else said[:300].rsplit(". ", 1)[0] + " ..."  # whole sentences
-    return TrackingError(f"MLflow store {where}: {said}; {_store_fix(said)}")
+    first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    said = first_line
+    if len(said) > 300:  # whole sentences where that keeps most of it
+        sentences = said[:300].rsplit(". ", 1)[0]
+        said = (sentences if len(sentences) >= 150 else said[:300]) + " ..."
+    return TrackingError(f"MLflow store {where}: {said}; {_store_fix(first_line)}")
 
 
 @contextlib.contextmanager
