@@ -288,3 +288,27 @@ def test_the_artifact_folder_is_the_one_mlflow_writes(tmp_path):
     for remote in ("mlflow-artifacts:/1/abc/artifacts", "s3://bucket/1/abc/artifacts", "file://otherhost/x"):
         check_artifact_folder(remote)  # the server's to check: nothing made here
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "h#1"]
+
+
+def test_a_stop_that_breaks_a_pipe_on_the_way_out_still_ends_the_run_killed(tmp_path, monkeypatch):
+    """Slurm's SIGTERM (a requeue) reaches the whole job, the `tee` a stage writes through too: the stage's next
+    progress line raises BrokenPipeError while it stops. The run is KILLED and the exit 143 all the same (the Slurm
+    test's requeued pre-training ended FAILED before)."""
+    import signal
+    from argparse import Namespace
+
+    from gpt1.cli.boundary import Killed, failure_line
+    from gpt1.pipeline.tracking import stage_run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("stops", artifact_location=str(tmp_path / "artifacts"))
+    with pytest.raises(BrokenPipeError) as raised, stage_run("pretrain-gpt", "smoke", "stops", {}):
+        try:
+            raise Killed(signal.SIGTERM)
+        except Killed:
+            raise BrokenPipeError(32, "Broken pipe")  # noqa: B904 (as print() raises it: the stop is its context)
+    assert [run.info.status for run in client.search_runs([experiment])] == ["KILLED"]
+    line, code = failure_line(raised.value, Namespace(command="pretrain"))
+    assert code == 143 and line.startswith("gpt1 pretrain: stopped by SIGTERM")

@@ -155,9 +155,10 @@ def library_error_line(err: BaseException, args: Namespace) -> str | None:
 def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
     """(line, exit code) for a failure a user can cause, or None to let the traceback show."""
     from gpt1.cli.preflight import diagnose_inputs
-    from gpt1.pipeline.errors import ConfigError, UsageError
+    from gpt1.pipeline.errors import ConfigError, UsageError, interruption
 
     stage = f"gpt1 {args.command}"
+    err = interruption(err) or err  # a stop, whatever it set off on the way out
     if isinstance(err, Killed):
         return f"{stage}: stopped by {err}; no half-written output was left, rerun to redo or resume", 128 + err.signum
     if isinstance(err, KeyboardInterrupt):

@@ -20,6 +20,13 @@ def causes(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+def interruption(err: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or signal (cli.boundary.Killed) that stopped a stage, even where what it set off raised another
+    error on the way out: SIGTERM to a job's process group also ends the `tee` the stage writes to, and the next
+    progress line then raises BrokenPipeError."""
+    return next((e for e in causes(err) if isinstance(e, KeyboardInterrupt)), None)
+
+
 class ReportError(Gpt1Error):
     """A malformed input of the report: names the file and the key (or row and column), and what was expected."""
 

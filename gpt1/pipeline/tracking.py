@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpt1.pipeline.errors import Gpt1Error, TrackingError
+from gpt1.pipeline.errors import Gpt1Error, TrackingError, interruption
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}  # SQLAlchemy's dialects MLflow stores in
@@ -595,7 +595,7 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
         logger.log_params(params)
         yield logger
     except BaseException as err:
-        _end_run(client, run.info.run_id, "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        _end_run(client, run.info.run_id, "KILLED" if interruption(err) else "FAILED")
         raise
     _retry(lambda: client.set_terminated(run.info.run_id, "FINISHED"))
 
