@@ -55,7 +55,8 @@ def slurm_cluster() -> str:
     return "started"
 
 
-# Holds a pre-training process once, just after its first checkpoint is complete (latest.json written), by
+# Holds the GPT's pre-training once (not the LSTM's, which runs beside it and took the hold first in two runs of
+# 2026-11-28), just after its first checkpoint is complete (latest.json written), by
 # sleeping in the audit hook of the next checkpoint's first write, until Slurm's SIGTERM ends the sleep. Writes the
 # Slurm job id to $HOLD_MARKER first, so the test knows what to requeue; never again once the marker exists.
 HOLD_AFTER_FIRST_CHECKPOINT = """
@@ -66,7 +67,7 @@ MARKER = os.environ.get("HOLD_MARKER")
 
 
 def hold(event, args):
-    if event != "open" or not MARKER or not isinstance(args[0], str) or "/resume/.state-" not in args[0]:
+    if event != "open" or not MARKER or not isinstance(args[0], str) or "/pretrain/gpt/resume/.state-" not in args[0]:
         return
     if Path(MARKER).exists() or not (Path(args[0]).parent / "latest.json").exists():
         return
