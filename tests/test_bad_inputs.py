@@ -874,6 +874,59 @@ def test_a_failing_stage_marks_its_run_failed(world, tmp_path, capsys, monkeypat
     assert [r.info.status for r in _runs(mlflow_env, f"failing-{tmp_path.name}")] == ["FAILED"]
 
 
+# Every stage, and the folder its outputs go to (stand-ins there, so that any publication would show).
+STAGES_TO_THE_END = {
+    "fetch": fetch(),
+    "clean": clean(),
+    "bpe": bpe(),
+    "encode": encode(),
+    "pretrain": pretrain(),
+    "encode-task": ["encode-task", "--task", "rte", "--tokenizer", "{w}/tokenizer", "--out", "{w}/tasks/rte"],
+    "finetune": finetune(),
+    "layers": ["layers", "--task", "race", "--seed", "0", "--pretrained", "{w}/pretrain", "--tokenizer",
+               "{w}/tokenizer", "--out", "{w}/layers"],
+    "zeroshot": zeroshot(),
+    "export": export(),
+    "report": ["report", "--results", "{w}", "--out", "{w}/report"],
+}
+
+
+@pytest.mark.parametrize("command", STAGES_TO_THE_END.values(), ids=STAGES_TO_THE_END.keys())
+def test_a_store_failing_at_a_stages_very_end_leaves_its_earlier_outputs(command, world, tmp_path, capsys,
+                                                                          monkeypatch, mlflow_env):
+    """Outputs are published only once MLflow holds the whole run: a store that fails at the last call, marking the
+    run FINISHED, after all the work and logging, leaves every finished output as it was and no temporary file."""
+    import errno
+
+    from mlflow.tracking import MlflowClient
+
+    w = tmp_path / "w"
+    shutil.copytree(world, w)
+    argv = [a.replace("{w}", str(w)) for a in [*command, *BASE]]
+    out = Path(argv[argv.index("--out") + 1])
+    for path in [p for p in out.rglob("*") if p.is_file()]:
+        path.write_text(f"previous {path.name}\n")
+    before = digest(w)
+    ended, set_terminated = [], MlflowClient.set_terminated
+
+    def store_fails_at_the_end(self, run_id, status=None, end_time=None):
+        if status == "FINISHED":
+            ended.append(run_id)
+            raise OSError(errno.ENOSPC, "No space left on device", "mlflow.db")
+        return set_terminated(self, run_id, status, end_time)
+
+    monkeypatch.setattr(MlflowClient, "set_terminated", store_fails_at_the_end)
+    capsys.readouterr()
+    assert run_cli(argv) == 1
+    err = capsys.readouterr().err  # after what the stage says on its way (MLflow's registry notes, say)
+    assert "Traceback" not in err and "No space left on device" in err.strip().splitlines()[-1], err
+    assert len(ended) == 1  # the stage did all its work and logging
+    files = {path: kind for path, kind in digest(w).items() if kind != "folder"}  # the folders made for them may stay
+    assert files == {path: kind for path, kind in before.items() if kind != "folder"}
+    if command[0] == "pretrain":  # and the trained model is not lost: a rerun resumes
+        assert (w / "pretrain/resume/latest.json").is_file()
+
+
 def _wait_for_run(uri: str, pipeline_run: str, proc: subprocess.Popen, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None:

@@ -75,7 +75,7 @@ def test_a_full_disk_mid_fan_out_fails_in_one_line_and_the_rerun_completes_with_
     assert f'File "{root / "gpt1"}' not in full.stdout + full.stderr
     after = {p: p.read_bytes() for p in results.rglob("*") if p.is_file() and "logs" not in p.parts}
     assert {p: b for p, b in after.items() if p in before} == before, "a finished output changed"
-    # A job publishes its outputs last, after MLflow has its run (gpt1.stages.finetune.write_outputs): none of the
+    # A job publishes its outputs last, after MLflow has its run (gpt1.pipeline.files.publication): none of the
     # failed jobs' files is there, even where Snakemake, its own log on the same full disk, could not clean up
     assert not any((results / job / "metrics.json").exists() for job in AFTER), "a failed job left its record"
     assert [str(p) for p in after if p not in before] == [], "a failed job left a file"

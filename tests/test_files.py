@@ -6,7 +6,9 @@ import csv
 import json
 from pathlib import Path
 
-from gpt1.pipeline.files import write_csv, write_json
+import pytest
+
+from gpt1.pipeline.files import publication, staged_outputs, staged_path, write_csv, write_json
 
 
 def test_write_csv_writes_a_header_then_the_rows(tmp_path: Path) -> None:
@@ -21,3 +23,34 @@ def test_write_json_sorts_keys_unless_the_order_says_something(tmp_path: Path) -
     assert (tmp_path / "a.json").read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n'
     write_json(tmp_path / "b.json", {"b": 1, "a": 2}, sort_keys=False)
     assert list(json.loads((tmp_path / "b.json").read_text())) == ["b", "a"]
+
+
+def test_a_publication_holds_every_staged_output_until_it_ends(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "sub" / "b.txt"
+    with publication():
+        with staged_outputs(first) as (temp,):
+            temp.write_text("a")
+        assert not first.exists() and staged_path(first) == temp  # written, held under its temporary name
+        with staged_outputs(second) as (temp,):
+            temp.write_text("b")
+        assert staged_path(second).read_text() == "b"
+    assert (first.read_text(), second.read_text()) == ("a", "b")
+    assert staged_path(first) == first  # outside a publication a path is where it is
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.json", "b.txt", "sub"]
+
+
+def test_a_failure_inside_a_publication_publishes_nothing_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    done, later = tmp_path / "done.txt", tmp_path / "later.txt"
+    done.write_text("earlier run")
+    with pytest.raises(OSError, match="store gone"), publication():
+        with staged_outputs(done, later) as temps:
+            for temp in temps:
+                temp.write_text("this run")
+        raise OSError("store gone")  # e.g. MLflow's logging, after the outputs were written
+    assert done.read_text() == "earlier run" and not later.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["done.txt"]
+
+
+def test_publications_do_not_nest(tmp_path: Path) -> None:
+    with publication(), pytest.raises(RuntimeError, match="inside a publication"), publication():
+        pass

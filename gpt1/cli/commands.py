@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.cli.preflight import MAX_SEED, seed
+from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error, UsageError
-
-HF_EXPORT_RECORD = "gpt1_export.json"  # written by gpt1.stages.export beside an exported model
 
 
 def check_device(text: str) -> str:
@@ -89,7 +88,7 @@ def _tokenizer_for(model_arg: str, tokenizer_dir: Path | None, meta: dict[str, A
 
     if tokenizer_dir is not None:
         return GPT1Tokenizer.load(tokenizer_dir), str(tokenizer_dir)
-    if meta.get("step") is None and not (Path(model_arg) / HF_EXPORT_RECORD).is_file():
+    if meta.get("step") is None and not (Path(model_arg) / layout.HF_EXPORT_RECORD).is_file():
         return released_tokenizer(model_arg, None)  # a Hugging Face model: the released vocabulary
     raise Gpt1Error(f"{model_arg}: --tokenizer is required for a gpt1 model: the folder of the bpe stage that made "
                     f"it (e.g. results/default/tokenizer)")
@@ -97,7 +96,7 @@ def _tokenizer_for(model_arg: str, tokenizer_dir: Path | None, meta: dict[str, A
 
 def _trained_with(model_arg: str, meta: dict[str, Any]) -> str | None:
     """The sha256 of the tokenizer the model was trained with: its metadata, or gpt1_export.json beside an export."""
-    record = Path(model_arg) / HF_EXPORT_RECORD
+    record = Path(model_arg) / layout.HF_EXPORT_RECORD
     if meta.get("tokenizer_sha256") is None and record.is_file():
         return json.loads(record.read_text()).get("tokenizer_sha256")
     return meta.get("tokenizer_sha256")

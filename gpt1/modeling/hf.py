@@ -24,6 +24,7 @@ import torch
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from gpt1.modeling.model import GPT, GPTConfig
+from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error
 
 HF_AFN = "gelu"  # -> modeling_openai.ACT_FNS["gelu"] = gelu_new = tanh-approximate GELU (see module docstring)
@@ -194,7 +195,7 @@ def load_hf(dir_or_hub_id: str | Path, **from_pretrained_kwargs: object) -> GPT:
 # tokenizer: transformers 5's OpenAIGPTTokenizer wants vocab.json + merges.txt for a BERT-style pipeline, and our
 # tokenizer folder (tokenizer.json, possibly the spaCy pre-tokeniser) does not map onto it faithfully; load ours with
 # gpt1.data.tokenizer.GPT1Tokenizer.load instead.
-HF_EXPORT_FILES = ("model.safetensors", "gpt1_export.json", "config.json")
+HF_EXPORT_FILES = ("model.safetensors", layout.HF_EXPORT_RECORD, "config.json")
 
 
 __all__ = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import csv
 import hashlib
 import json
@@ -20,7 +21,8 @@ def temp_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def staged_outputs(*paths: str | Path) -> Iterator[list[Path]]:
-    """Yield temporary paths for `paths`; rename them into place only if the block finishes.
+    """Yield temporary paths for `paths`; rename them into place only if the block finishes, or, inside a
+    `publication()`, when that ends.
 
     A killed or failing stage leaves nothing that looks finished, and no partial file behind.
     """
@@ -37,7 +39,52 @@ def staged_outputs(*paths: str | Path) -> Iterator[list[Path]]:
     for temp, final in zip(temps, finals, strict=True):
         if not temp.exists():
             raise FileNotFoundError(f"stage did not write its declared output {final}")
-    for temp, final in zip(temps, finals, strict=True):
+    staged = dict(zip(finals, temps, strict=True))
+    if (outer := _PUBLICATION.get()) is not None:
+        outer.pending.update(staged)
+    else:
+        _rename(staged)
+
+
+class Publication:
+    """The outputs written so far inside a `publication()`, by final path, not yet in place."""
+
+    def __init__(self) -> None:
+        self.pending: dict[Path, Path] = {}  # final path -> the temporary file holding it
+
+
+_PUBLICATION: contextvars.ContextVar[Publication | None] = contextvars.ContextVar("gpt1_publication", default=None)
+
+
+@contextlib.contextmanager
+def publication() -> Iterator[Publication]:
+    """Hold back the renames of every `staged_outputs` block inside it until the block ends, then make them all.
+
+    A stage runs its work and its MLflow logging inside one, so a failure anywhere, the tracking store's included,
+    leaves the earlier run's outputs as they were; `staged_path` finds a written output while it is still held."""
+    if _PUBLICATION.get() is not None:
+        raise RuntimeError("publication() inside a publication(): the outer one publishes everything")
+    held = Publication()
+    token = _PUBLICATION.set(held)
+    try:
+        yield held
+    except BaseException:
+        for temp in held.pending.values():
+            temp.unlink(missing_ok=True)
+        raise
+    finally:
+        _PUBLICATION.reset(token)
+    _rename(held.pending)
+
+
+def staged_path(path: str | Path) -> Path:
+    """Where output `path` is now: its temporary file while the current publication holds it, else the path."""
+    held = _PUBLICATION.get()
+    return held.pending.get(Path(path), Path(path)) if held is not None else Path(path)
+
+
+def _rename(staged: Mapping[Path, Path]) -> None:
+    for final, temp in staged.items():
         os.replace(temp, final)
 
 

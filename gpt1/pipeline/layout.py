@@ -87,6 +87,7 @@ ENCODED_JSON, EXAMPLES_FILE = "encoded.json", "examples.jsonl"
 
 # pretrain/<model>/
 MODEL_WEIGHTS, MODEL_JSON = "model.safetensors", "model.json"
+HF_EXPORT_RECORD = "gpt1_export.json"  # beside a model `gpt1 export` wrote: where it came from
 PRETRAIN_METRICS, PRETRAIN_CURVES = "metrics.json", "curves.csv"
 SNAPSHOTS = "snapshots"  # a declared folder: one weights file per snapshot and its index
 SNAPSHOT_INDEX = "index.json"

@@ -68,11 +68,14 @@ def lm_signature() -> Any:
 
 
 def _copy_files(names: tuple[str, ...], source: Path, folder: Path) -> Path:
+    """The stage's outputs `names` in `source` (or where its publication still holds them) copied into `folder`."""
     import shutil
+
+    from gpt1.pipeline.files import staged_path
 
     folder.mkdir(parents=True)
     for name in names:
-        shutil.copy2(source / name, folder / name)
+        shutil.copy2(staged_path(source / name), folder / name)
     return folder
 
 

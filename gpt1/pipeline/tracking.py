@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpt1.pipeline.errors import Gpt1Error, TrackingError, interruption
+from gpt1.pipeline.files import staged_path
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}  # SQLAlchemy's dialects MLflow stores in
@@ -484,6 +486,16 @@ class StageRun:
 
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         _retry(lambda: self.client.log_artifact(self.run_id, str(path), folder))
+
+    def log_output(self, path: str | Path, folder: str | None = None) -> None:
+        """An output of the stage as an artifact under its own name, also while `files.publication()` still holds
+        it under a temporary one (a stage logs before it publishes)."""
+        final, current = Path(path), staged_path(path)
+        if current == final:
+            self.log_artifact(final, folder)
+            return
+        with tempfile.TemporaryDirectory(prefix="gpt1-artifact-") as named:
+            self.log_artifact(shutil.copyfile(current, Path(named) / final.name), folder)
 
     def log_dataset(self, name: str, source: str, sha256: str, context: str) -> None:
         """A dataset the stage read, as a run input: its name, where it came from and its hash (`context`: the role

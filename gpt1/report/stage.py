@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.pipeline import layout
-from gpt1.pipeline.files import staged_outputs, write_json
+from gpt1.pipeline.files import publication, staged_outputs, write_json
 from gpt1.pipeline.plan import Plan
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
@@ -259,11 +259,12 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     if mixed is not None:
         print(f"report: {mixed}")
     params = report_params(cfg, results_dir, out_dir, plan)
-    with stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=report_run_name()) as run:
+    with publication(), stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params,
+                                  name=report_run_name()) as run:
         outputs = write_report(report, out_dir)
         run.log_metrics(report_metrics(report.summary))
         for path in outputs:
-            run.log_artifact(path, path.parent.name)
+            run.log_output(path, path.parent.name)
         children = adopt_pipeline_runs(run.run_id)
         run.set_tags({"gpt1.children": len(children), "gpt1.gaps": len(report.gaps)})
     print(f"report: {len(outputs)} files under {out_dir}; {len(report.gaps)} gaps; {len(children)} runs nested")

@@ -17,6 +17,7 @@ from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error
 from gpt1.pipeline.files import (
     file_record,
+    publication,
     read_jsonl,
     sha256_text,
     staged_outputs,
@@ -128,12 +129,12 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
     from gpt1.pipeline.tracking import stage_run
 
     corpus = cfg.section("corpus")
-    with stage_run("fetch", cfg.profile, cfg.root["mlflow"]["experiment"], {"corpus": corpus}) as run:
+    with publication(), stage_run("fetch", cfg.profile, cfg.root["mlflow"]["experiment"], {"corpus": corpus}) as run:
         info = fetch(corpus, cfg.data_mirror, out / layout.RAW, out / layout.RAW_MANIFEST)
         run.set_tags({"gpt1.data_source": info["source"], "gpt1.data_sha256": info["sha256"]})
         run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", info["source"], info["sha256"], "fetched")
         run.log_metrics({"documents": info["documents"], "text_bytes": info["text_bytes"]})
-        run.log_artifact(out / layout.RAW_MANIFEST)
+        run.log_output(out / layout.RAW_MANIFEST)
     return info
 
 
@@ -148,7 +149,7 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     check_types(raw_info, {"source": str, "sha256": str}, raw_dir / layout.RAW_MANIFEST, "fetch")
     verify_file(raw_dir / layout.RAW, raw_info, "fetch", raw_dir / layout.RAW_MANIFEST)
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
-    with stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    with publication(), stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})
         run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", raw_info["source"], raw_info["sha256"], "raw")
         outputs = {split: out / layout.corpus_split(split) for split in layout.SPLITS}
@@ -159,5 +160,5 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
             **{f"{s}_documents": info[s]["documents"] for s in layout.SPLITS},
             **{f"{s}_text_bytes": info[s]["text_bytes"] for s in layout.SPLITS},
         })
-        run.log_artifact(out / layout.CORPUS_MANIFEST)
+        run.log_output(out / layout.CORPUS_MANIFEST)
     return info

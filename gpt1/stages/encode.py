@@ -8,7 +8,7 @@ from pathlib import Path
 from gpt1.data.ids import encode_split
 from gpt1.data.tokenizer import GPT1Tokenizer
 from gpt1.pipeline import layout
-from gpt1.pipeline.files import read_json, verify_file
+from gpt1.pipeline.files import publication, read_json, verify_file
 
 
 def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers: int) -> dict[str, dict]:
@@ -27,7 +27,7 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
     encode = cfg.section("encode")
     headers = {}
-    with stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
+    with publication(), stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
         for split in layout.SPLITS:
             name = layout.corpus_split(split)
             run.log_dataset(f"{layout.CORPUS}/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"],
@@ -38,7 +38,7 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
             seconds = time.perf_counter() - start
             run.log_metrics({f"{split}_tokens": header["tokens"],
                              f"{split}_tokens_per_second": header["tokens"] / seconds})
-            run.log_artifact(out / layout.ids_header(split))
+            run.log_output(out / layout.ids_header(split))
             headers[split] = header
         run.set_tags({"gpt1.tokenizer_sha256": headers["train"]["tokenizer_sha256"]})
     return headers

@@ -19,6 +19,7 @@ from gpt1.pipeline import layout
 def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 encode-task`: OUT/examples.jsonl and OUT/encoded.json for one task, with the finetune section's
     train cut and caps, the pipeline's tokenizer and the model's n_ctx; one MLflow run."""
+    from gpt1.pipeline.files import publication
     from gpt1.pipeline.tracking import stage_run
 
     spec = finetune_task(task)
@@ -28,12 +29,12 @@ def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -
     source = data_source(cfg.data_mirror, cfg.synthetic, spec)
     settings = data_settings(spec, finetune, source)
     params = {"task": task, "n_ctx": n_ctx, "tokenizer_sha256": tokenizer.fingerprint(), **settings}
-    with stage_run(ENCODE_STAGE, cfg.profile, cfg.root["mlflow"]["experiment"], params,
-                   name=f"encode_task {task}") as run:
+    with publication(), stage_run(ENCODE_STAGE, cfg.profile, cfg.root["mlflow"]["experiment"], params,
+                                  name=f"encode_task {task}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
         data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
         header = write_encoded(Path(out_dir), spec, data, tokenizer.fingerprint(), n_ctx, settings)
-        run.log_artifact(Path(out_dir) / layout.ENCODED_JSON)  # what was encoded; the examples stay in the DVC cache
+        run.log_output(Path(out_dir) / layout.ENCODED_JSON)  # what was encoded; the examples stay in the DVC cache
         for context, part in [("train", data.train), *(("eval", p) for p in data.evals)]:
             run.log_dataset(f"{task}/{part.name}", part_source(spec, part), part_sha256(part), context)
             key = f"{context}.{part.split}"  # MLflow keys take no brackets: the split, not the cut

@@ -27,6 +27,14 @@ def _provenance(model_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _publish(staging: Path, out_dir: Path) -> None:
+    """The staged folder's files into OUT, config.json last: whatever was there stops looking loadable first."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").unlink(missing_ok=True)
+    for path in sorted(staging.iterdir(), key=lambda p: p.name == "config.json"):
+        os.replace(path, out_dir / path.name)
+
+
 def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str = "hf") -> Path:
     """`gpt1 export`: a pretrain folder (model.safetensors + model.json) -> OUT/ that
     `OpenAIGPTLMHeadModel.from_pretrained(OUT)` loads, plus gpt1_export.json (where it came from)."""
@@ -42,18 +50,15 @@ def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str 
     if meta["kind"] != "gpt":
         raise Gpt1Error(f"{model_dir}: a {meta['kind']!r} model has no OpenAIGPT counterpart; export a gpt model")
     params = {"export": {"format": fmt, "source": str(model_dir)}, "model": meta["config"]}
-    with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"export {fmt}") as run:
-        staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+    staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"export {fmt}") as run:
             save_hf_dir(model, staging)
-            write_json(staging / "gpt1_export.json", _provenance(model_dir, meta), sort_keys=False)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "config.json").unlink(missing_ok=True)  # whatever was there stops looking loadable first
-            for path in sorted(staging.iterdir(), key=lambda p: p.name == "config.json"):
-                os.replace(path, out_dir / path.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        run.set_tags({"gpt1.tokenizer_sha256": str(meta.get("tokenizer_sha256"))})
-        run.log_artifact(out_dir / "gpt1_export.json")
+            write_json(staging / layout.HF_EXPORT_RECORD, _provenance(model_dir, meta), sort_keys=False)
+            run.set_tags({"gpt1.tokenizer_sha256": str(meta.get("tokenizer_sha256"))})
+            run.log_artifact(staging / layout.HF_EXPORT_RECORD)
+        _publish(staging, out_dir)  # once MLflow has the run: a failure before leaves OUT as it was
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir

@@ -6,8 +6,6 @@ run with the fine-tuned model.
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,14 @@ from typing import Any
 from gpt1.data.taskdata import part_sha256, part_source
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.config import finetune_settings
-from gpt1.pipeline.files import file_record, staged_outputs, without_timings, write_csv, write_jsonl_line
+from gpt1.pipeline.files import (
+    file_record,
+    publication,
+    staged_outputs,
+    without_timings,
+    write_csv,
+    write_jsonl_line,
+)
 from gpt1.training.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_job
 from gpt1.training.numerics import Numerics, in_effect, note_upstream
 
@@ -29,11 +34,9 @@ def declared_outputs(out_dir: str | Path) -> list[Path]:
     return [Path(out_dir) / name for name in layout.FINETUNE_FILES]
 
 
-def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics,
-                  before_publish: Callable[[dict[str, Path]], None] | None = None) -> None:
+def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> None:
     """metrics.json (with the numerics the job computed with), predictions.jsonl, curves.csv: temp names, renamed
-    together at the end, after `before_publish` (given each file's temp path by its name) has run: what fails in it
-    (MLflow on a full disk, say) leaves an earlier run's outputs as they were."""
+    together at the end (of the block, or of the stage's `publication()`)."""
     with staged_outputs(*declared_outputs(out_dir)) as (metrics, predictions, curves):
         with open(predictions, "w", encoding="utf-8") as handle:
             for line in result.predictions:
@@ -42,8 +45,6 @@ def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics,
         files = {layout.PREDICTIONS: file_record(predictions), layout.FINETUNE_CURVES: file_record(curves)}
         records.write("finetune_metrics", metrics,
                       {**without_timings(result.metrics), "numerics": numerics.to_json(), "files": files})
-        if before_publish is not None:
-            before_publish(dict(zip(layout.FINETUNE_FILES, (metrics, predictions, curves), strict=True)))
 
 
 def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
@@ -79,30 +80,26 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
     """`gpt1 finetune`: fine-tune one task (variant, seed) and evaluate it; write OUT/metrics.json,
     predictions.jsonl and curves.csv together, log an MLflow run. Every input is checked before training; a
     failure, MLflow's logging included, leaves an earlier run's outputs as they were (they are replaced only by the
-    final renames, after everything else)."""
+    publication's renames, after everything else)."""
     from gpt1.pipeline.tracking import stage_run
 
     out = Path(out_dir)
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained_dir, tokenizer_dir,
                       transfer_layers=transfer_layers, examples_dir=examples_dir)
     numerics = job_numerics(job)
-    with stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg),
-                   name=run_name(job)) as run:
+    with publication(), stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg),
+                                  name=run_name(job)) as run:
         splits = ",".join(p.name for p in job.evals)
         run.set_tags({"gpt1.task": job.spec.name, "gpt1.variant": job.variant.name, "gpt1.seed": seed,
                       "gpt1.split": splits, "gpt1.transfer_layers": transfer_layers,
                       "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
         _log_inputs(run, job)
         result = finetune_job(job, _mlflow_curves(run))
-
-        def log_to_mlflow(files: dict[str, Path]) -> None:  # before the outputs are published: see write_outputs
-            run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
-            with tempfile.TemporaryDirectory(prefix="gpt1-finetune-") as named:  # artifacts under their own names
-                for name, temp in files.items():
-                    run.log_artifact(shutil.copyfile(temp, Path(named) / name))
-            _log_model(run, job, cfg, result.metrics["updates"])
-
-        write_outputs(out, result, numerics, before_publish=log_to_mlflow)
+        write_outputs(out, result, numerics)
+        run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
+        for path in declared_outputs(out):
+            run.log_output(path)
+        _log_model(run, job, cfg, result.metrics["updates"])
     return result.metrics
 
 

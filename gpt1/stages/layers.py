@@ -17,6 +17,7 @@ from gpt1.pipeline.config import LAYER_TRANSFER_TASKS
 from gpt1.pipeline.errors import UsageError
 from gpt1.pipeline.files import (
     file_record,
+    publication,
     read_json,
     require_files,
     staged_outputs,
@@ -67,8 +68,8 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     settings = finetune_settings(cfg)
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
               "layers": cfg.section("layers")}
-    with stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params,
-                   name=f"layers {task} seed{seed}") as run:
+    with publication(), stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params,
+                                  name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
         first = None
         for k in range(n_layer + 1):
@@ -86,5 +87,5 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
             records.write("layers", json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
                                          "runs": runs, "numerics": numerics.to_json(),
                                          "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
-        run.log_artifact(out_dir / layout.LAYERS_CSV)
+        run.log_output(out_dir / layout.LAYERS_CSV)
     return points

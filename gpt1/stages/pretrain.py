@@ -21,7 +21,14 @@ from gpt1.modeling.checkpoints import save_weights, snapshot_name
 from gpt1.modeling.model import flops_per_token
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.config import pretrain_settings
-from gpt1.pipeline.files import file_record, staged_outputs, without_timings, write_csv, write_json
+from gpt1.pipeline.files import (
+    file_record,
+    publication,
+    staged_outputs,
+    without_timings,
+    write_csv,
+    write_json,
+)
 from gpt1.training.pretraining import PretrainJob, build_job, train
 from gpt1.training.runtime import Runtime, init_runtime, shutdown_runtime
 
@@ -135,7 +142,8 @@ def run_training(job: PretrainJob, run: Any | None = None) -> dict[str, Any]:
 
 
 def finish(job: PretrainJob, run: Any | None) -> dict[str, Any]:
-    """Write every declared output (temp names, renamed together at the end), then drop the resume folder."""
+    """Write every declared output (temp names, renamed together at the end of the stage's publication) and log
+    the final metrics and files to MLflow `run`; `clear_up` runs once they are in place."""
     plan, progress = job.plan, job.progress
     tokens = plan.total_steps * plan.tokens_per_step
     last = progress.curves[-1]
@@ -165,13 +173,18 @@ def finish(job: PretrainJob, run: Any | None) -> dict[str, Any]:
         for i, temp in enumerate(temps[4:-1]):
             _link_or_copy(job.resume_dir / layout.SNAPSHOTS / snapshot_name(i), temp)
         write_json(temps[-1], sorted(progress.snapshots, key=lambda s: s["index"]))
-    remove_stale_outputs(job.out_dir, len(plan.snapshots))
-    shutil.rmtree(job.resume_dir, ignore_errors=True)
     if run is not None:
         run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, plan.total_steps)
-        run.log_artifact(job.out_dir / layout.PRETRAIN_METRICS)
-        run.log_artifact(job.out_dir / layout.PRETRAIN_CURVES)
+        run.log_output(job.out_dir / layout.PRETRAIN_METRICS)
+        run.log_output(job.out_dir / layout.PRETRAIN_CURVES)
     return metrics
+
+
+def clear_up(job: PretrainJob) -> None:
+    """Once the outputs are in place: drop what they replace and the resume folder (kept until then, so that a
+    failure before, MLflow's logging included, leaves the run resumable)."""
+    remove_stale_outputs(job.out_dir, len(job.plan.snapshots))
+    shutil.rmtree(job.resume_dir, ignore_errors=True)
 
 
 def _params(job: PretrainJob) -> dict[str, Any]:
@@ -221,13 +234,14 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
         from gpt1.pipeline.tracking import stage_run
 
         experiment = cfg.root["mlflow"]["experiment"]
-        with stage_run(f"pretrain-{model_kind}", cfg.profile, experiment, _params(job),
-                       name=f"pretrain {model_kind}") as run:
+        with publication(), stage_run(f"pretrain-{model_kind}", cfg.profile, experiment, _params(job),
+                                      name=f"pretrain {model_kind}") as run:
             run.set_tags({"gpt1.tokenizer_sha256": job.tokenizer_sha256, "gpt1.resumed_from_step": job.resumed_from})
             _log_inputs(run, job, Path(ids_dir))
             metrics = run_training(job, run)
             _log_model(run, job, Path(tokenizer_dir), metrics, f"{experiment}-{cfg.profile}-{model_kind}")
-            return metrics
+        clear_up(job)
+        return metrics
     finally:
         shutdown_runtime(rt)
 
@@ -235,6 +249,7 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
 __all__ = [
     "CURVE_FIELDS",
     "MetricSink",
+    "clear_up",
     "declared_outputs",
     "finish",
     "prepare",

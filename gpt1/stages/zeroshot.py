@@ -37,7 +37,15 @@ from gpt1.evaluation.significance import RESAMPLES
 from gpt1.modeling.checkpoints import iter_snapshots, load_pretrained
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import ZeroshotError
-from gpt1.pipeline.files import check_types, file_record, read_json, require_files, staged_outputs, write_csv
+from gpt1.pipeline.files import (
+    check_types,
+    file_record,
+    publication,
+    read_json,
+    require_files,
+    staged_outputs,
+    write_csv,
+)
 from gpt1.training.numerics import in_effect, note_upstream
 from gpt1.training.runtime import default_device
 
@@ -191,7 +199,8 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
 
-    with stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"zeroshot {kind}") as run:
+    with publication(), stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params,
+                                  name=f"zeroshot {kind}") as run:
         run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
         entries, first = [], None
         with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
@@ -226,8 +235,8 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
         with staged_outputs(out_dir / layout.ZEROSHOT_JSON, out_dir / layout.ZEROSHOT_CSV) as (json_tmp, csv_tmp):
             _write_csv(csv_tmp, _csv_rows(kind, entries))
             records.write("zeroshot", json_tmp, {**report, "files": {layout.ZEROSHOT_CSV: file_record(csv_tmp)}})
-        run.log_artifact(out_dir / layout.ZEROSHOT_JSON)
-        run.log_artifact(out_dir / layout.ZEROSHOT_CSV)
+        run.log_output(out_dir / layout.ZEROSHOT_JSON)
+        run.log_output(out_dir / layout.ZEROSHOT_CSV)
     return report
 
 
