@@ -588,9 +588,12 @@ CASES = [
          write("pretrain/model.json", "[]")),
     Case("artifact/snapshot-index-empty", zeroshot(), "{w}/pretrain/snapshots/index.json: not a list of snapshots",
          write("pretrain/snapshots/index.json", "{}")),
-    Case("artifact/ids-header-bad-dtype", pretrain(), "{w}/ids/train.json: dtype 'float7' is not one of uint16",
+    Case("artifact/ids-header-bad-dtype", pretrain(), "{w}/ids/train.json: dtype 'float7' is no unsigned integer type",
          lambda w: (w / "ids/train.json").write_text(
              json.dumps({**json.loads((w / "ids/train.json").read_text()), "dtype": "float7"}))),
+    Case("artifact/ids-header-float-dtype", pretrain(), "{w}/ids/train.json: dtype 'float32' is no unsigned integer "
+         "type (encode.dtype writes uint16 or uint32); re-run gpt1 encode",
+         edit_json("ids/train.json", lambda h: h.update(dtype="float32"))),
     Case("artifact/ids-truncated", pretrain(), "{w}/ids/train.bin: 21883 bytes, header says 21883 "
          "uint16 tokens (43766 bytes); the file is truncated or stale, re-run gpt1 encode", truncate("ids/train.bin")),
     Case("artifact/weights-truncated", finetune(), "{w}/pretrain/model.safetensors: 16900 bytes, but "

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.pipeline.files import publication, staged_outputs, staged_path, write_csv, write_json
+from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import (
+    publication,
+    read_sealed_json,
+    stage_command,
+    staged_outputs,
+    staged_path,
+    write_csv,
+    write_json,
+)
 
 
 def test_write_csv_writes_a_header_then_the_rows(tmp_path: Path) -> None:
@@ -54,3 +63,10 @@ def test_a_failure_inside_a_publication_publishes_nothing_and_leaves_no_temporar
 def test_publications_do_not_nest(tmp_path: Path) -> None:
     with publication(), pytest.raises(RuntimeError, match="inside a publication"), publication():
         pass
+
+
+def test_a_stage_is_named_by_the_command_that_runs_it(tmp_path: Path) -> None:
+    assert stage_command("encode_task") == "gpt1 encode-task"  # the DAG's stage name, the CLI's command
+    (tmp_path / "encoded.json").write_text("[]")
+    with pytest.raises(Gpt1Error, match=r"encoded.json: holds a list, expected an object; re-run gpt1 encode-task"):
+        read_sealed_json(tmp_path / "encoded.json", "encode_task")

@@ -98,7 +98,8 @@ def test_an_edited_or_missing_examples_file_is_refused(tok: GPT1Tokenizer, tmp_p
     header = json.loads((tmp_path / layout.ENCODED_JSON).read_text())
     header["n_ctx"] = 64
     (tmp_path / layout.ENCODED_JSON).write_text(json.dumps(header))
-    with pytest.raises(TaskDataError, match=r"content differs from its recorded content_sha256"):
+    sealed = r"content_sha256; the file was changed or is corrupt, re-run the encode_task stage \(gpt1 encode-task\)"
+    with pytest.raises(TaskDataError, match=rf"content differs from its recorded {sealed}"):
         read_encoded(tmp_path, get_task("sst2"), tok.fingerprint(), 64, recorded)
     (tmp_path / layout.ENCODED_JSON).unlink()
     with pytest.raises(TaskDataError, match=r"encoded.json: missing; re-run the encode_task stage"):

@@ -158,21 +158,7 @@ def json_problem(path: Path) -> str | None:
     except OSError as err:
         return f"cannot be read ({err.strerror})"
     missing = [key for key in READ_KEYS.get(path.name, ()) if not isinstance(data, dict) or key not in data]
-    return f"lacks {', '.join(missing)}" if missing else _ids_header_problem(path, data)
-
-
-def _ids_header_problem(path: Path, header: object) -> str | None:
-    """The values of an ids header (X.json beside X.bin) that numpy would trip on."""
-    from gpt1.pipeline.config import DTYPE_MAX_VOCAB
-
-    if not isinstance(header, dict) or not path.with_suffix(".bin").is_file():
-        return None
-    if header.get("dtype") not in DTYPE_MAX_VOCAB:
-        return f"dtype {header.get('dtype')!r} is not one of {', '.join(DTYPE_MAX_VOCAB)}"
-    tokens = header.get("tokens")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        return f"tokens {tokens!r} is not a count"
-    return None
+    return f"lacks {', '.join(missing)}" if missing else None
 
 
 def _tokenizer_problem(folder: Path) -> tuple[Path, str] | None:

@@ -111,6 +111,18 @@ class TokenIds:
         return len(self.ids)
 
 
+def _id_dtype(name: str, header_path: Path) -> np.dtype:
+    """The header's dtype, if token ids can be held in it (an unsigned integer type: encode.dtype's uint16, uint32)."""
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind != "u":
+        raise IdsError(f"{header_path}: dtype {name!r} is no unsigned integer type (encode.dtype writes uint16 or "
+                       f"uint32); re-run gpt1 encode")
+    return dtype
+
+
 def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: str | None = None) -> TokenIds:
     """Open an encoded split, checking that header, file size and (optionally) tokenizer agree."""
     bin_path, header_path = Path(bin_path), Path(header_path)
@@ -122,7 +134,7 @@ def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: st
     if missing:
         raise IdsError(f"{header_path}: header lacks {', '.join(missing)}; re-run gpt1 encode")
     check_types(header, HEADER_TYPES, header_path, "encode", IdsError)
-    expected = header["tokens"] * np.dtype(header["dtype"]).itemsize
+    expected = header["tokens"] * _id_dtype(header["dtype"], header_path).itemsize
     if bin_path.stat().st_size != expected:
         raise IdsError(
             f"{bin_path}: {bin_path.stat().st_size} bytes, header says {header['tokens']} {header['dtype']} tokens "

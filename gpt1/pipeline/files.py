@@ -121,12 +121,12 @@ def check_types(record: Mapping[str, Any], kinds: Mapping[str, type], path: str 
     """The keys an earlier stage writes, of the types it writes them: a hand-edited or foreign value stops the
     reader here, naming the file and key, not later in a traceback. Absent keys are the caller's to name."""
     if not isinstance(record, Mapping):
-        raise error(f"{path}: holds a {type(record).__name__}, expected an object; re-run gpt1 {producer}")
+        raise error(f"{path}: holds a {type(record).__name__}, expected an object; re-run {stage_command(producer)}")
     for key, kind in kinds.items():
         value = record.get(key)
         if key in record and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
             raise error(f"{path}: key {key!r} is {value!r}, expected {_KIND_NAMES.get(kind, kind.__name__)}; "
-                        f"re-run gpt1 {producer}")
+                        f"re-run {stage_command(producer)}")
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -177,11 +177,16 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def stage_command(stage: str) -> str:
+    """The command that runs `stage` (as the DAG names it: the encode_task stage is `gpt1 encode-task`)."""
+    return f"gpt1 {stage.replace('_', '-')}"
+
+
 def require_files(producer: str, *paths: str | Path) -> None:
     """Fail before any work if an input is missing, naming the file and the stage that makes it."""
     for path in paths:
         if not Path(path).is_file():
-            raise Gpt1Error(f"{path}: missing; run the {producer} stage (gpt1 {producer}) first")
+            raise Gpt1Error(f"{path}: missing; run the {producer} stage ({stage_command(producer)}) first")
 
 
 def file_record(path: str | Path) -> dict[str, Any]:
@@ -195,7 +200,7 @@ def verify_file(path: str | Path, record: dict[str, Any], producer: str, where: 
     `where`), before any expensive work: a changed, truncated or corrupt input is named with its `fix`, by default
     the stage that makes it again."""
     path = Path(path)
-    fix = fix or f"re-run the {producer} stage (gpt1 {producer})"
+    fix = fix or f"re-run the {producer} stage ({stage_command(producer)})"
     if not path.is_file():
         raise error(f"{path}: missing; {fix}")
     if not isinstance(record, dict) or not {"bytes", "sha256"} <= record.keys():
@@ -226,15 +231,14 @@ def read_sealed_json(path: str | Path, producer: str, error: type[Gpt1Error] = G
     """A sealed JSON object, after checking its content against its sha256; errors (of class `error`) name the
     file and the stage that writes it."""
     path = Path(path)
-    fix = f"re-run the {producer} stage (gpt1 {producer})"
+    fix = f"re-run the {producer} stage ({stage_command(producer)})"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise error(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); {fix}") from err
     except UnicodeDecodeError as err:
         raise error(f"{path}: not UTF-8 text; {fix}") from err
-    if not isinstance(data, dict):
-        raise error(f"{path}: key '<top level>' is a {type(data).__name__}, expected an object; {fix}")
+    check_types(data, {}, path, producer, error)
     seal = data.pop(SEAL_KEY, None)
     if seal is None:
         raise error(f"{path}: no {SEAL_KEY} recorded (written by an older version?); {fix}")

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 
 from gpt1.pipeline.errors import Gpt1Error
-from gpt1.pipeline.files import read_sealed_json, write_sealed_json
+from gpt1.pipeline.files import read_sealed_json, stage_command, write_sealed_json
 
 SCHEMA_PATH = Path(__file__).with_name("records.schema.yaml")
 WRITERS = {"pretrain_metrics": "pretrain", "finetune_metrics": "finetune", "layers": "layers", "zeroshot": "zeroshot"}
@@ -75,8 +75,8 @@ def read(record: str, path: str | Path, error: type[Gpt1Error] = RecordError) ->
     data = read_sealed_json(path, stage, error)
     found = problem(record, data)
     if found is not None:
-        raise error(f"{path}: {found}; written by another version of gpt1 {stage}? re-run the {stage} stage "
-                    f"(gpt1 {stage})")
+        raise error(f"{path}: {found}; written by another version of {stage_command(stage)}? re-run the {stage} "
+                    f"stage ({stage_command(stage)})")
     return data
 
 
