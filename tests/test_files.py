@@ -70,3 +70,16 @@ def test_a_stage_is_named_by_the_command_that_runs_it(tmp_path: Path) -> None:
     (tmp_path / "encoded.json").write_text("[]")
     with pytest.raises(Gpt1Error, match=r"encoded.json: holds a list, expected an object; re-run gpt1 encode-task"):
         read_sealed_json(tmp_path / "encoded.json", "encode_task")
+
+
+def test_a_publication_refuses_to_find_an_output_it_does_not_hold(tmp_path: Path) -> None:
+    with publication(), pytest.raises(RuntimeError, match=r"other.txt: not an output written in this publication"):
+        staged_path(tmp_path / "other.txt")  # its file would be the earlier run's
+
+
+def test_a_rename_that_fails_leaves_no_temporary_file_behind(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()  # a folder where the second output goes: its rename fails
+    with pytest.raises(OSError), staged_outputs(tmp_path / "a", tmp_path / "b", tmp_path / "c") as temps:
+        for temp in temps:
+            temp.write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # renames are not atomic together; temps gone

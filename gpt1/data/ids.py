@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from gpt1.data.pool import bounded_imap, pool_size
 from gpt1.data.tokenizer import GPT1Tokenizer, paragraph_chunks
+from gpt1.pipeline import layout
 from gpt1.pipeline.errors import IdsError
 from gpt1.pipeline.files import (
     check_types,
@@ -112,15 +113,11 @@ class TokenIds:
 
 
 def _id_dtype(name: str, header_path: Path) -> np.dtype:
-    """The header's dtype, if token ids can be held in it (an unsigned integer type: encode.dtype's uint16, uint32)."""
-    try:
-        dtype = np.dtype(name)
-    except TypeError:
-        dtype = None
-    if dtype is None or dtype.kind != "u":
-        raise IdsError(f"{header_path}: dtype {name!r} is no unsigned integer type (encode.dtype writes uint16 or "
-                       f"uint32); re-run gpt1 encode")
-    return dtype
+    """The header's dtype, if it is one encode writes (encode.dtype)."""
+    if name not in layout.IDS_DTYPE_VOCAB:
+        raise IdsError(f"{header_path}: dtype {name!r} is not one of {', '.join(layout.IDS_DTYPE_VOCAB)} "
+                       f"(encode.dtype); re-run gpt1 encode")
+    return np.dtype(name)
 
 
 def load_ids(bin_path: str | Path, header_path: str | Path, tokenizer_sha256: str | None = None) -> TokenIds:

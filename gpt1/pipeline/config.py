@@ -23,7 +23,6 @@ from gpt1.pipeline.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
 MIRROR_ENV = "GPT1_DATA_MIRROR"
-DTYPE_MAX_VOCAB = {"uint16": 2**16, "uint32": 2**32}
 N_SPECIAL_TOKENS = 4  # <unk> plus the start, delimiter and extract tokens of fine-tuning
 
 
@@ -239,10 +238,10 @@ def check_semantics(root: dict[str, Any]) -> None:
         bpe, dtype = prof["bpe"], prof["encode"]["dtype"]
         # Upper bound of the vocabulary: specials, each base character alone and with </w>, one token per merge.
         bound = N_SPECIAL_TOKENS + 2 * bpe["limit_alphabet"] + bpe["merges"]
-        if bound > DTYPE_MAX_VOCAB[dtype]:
+        if bound > layout.IDS_DTYPE_VOCAB[dtype]:
             raise ConfigError(
                 f"profiles.{name}.bpe.merges: a vocabulary of up to {bound} tokens does not fit "
-                f"encode.dtype={dtype} (max {DTYPE_MAX_VOCAB[dtype]}); lower merges or use dtype uint32"
+                f"encode.dtype={dtype} (max {layout.IDS_DTYPE_VOCAB[dtype]}); lower merges or use dtype uint32"
             )
 
 

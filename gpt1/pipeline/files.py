@@ -78,14 +78,28 @@ def publication() -> Iterator[Publication]:
 
 
 def staged_path(path: str | Path) -> Path:
-    """Where output `path` is now: its temporary file while the current publication holds it, else the path."""
+    """Where output `path` is now: inside a publication, the temporary file holding it (an output not written in
+    it is an error: its file would be the earlier run's); outside one, the path."""
     held = _PUBLICATION.get()
-    return held.pending.get(Path(path), Path(path)) if held is not None else Path(path)
+    if held is None:
+        return Path(path)
+    if Path(path) not in held.pending:
+        raise RuntimeError(f"{path}: not an output written in this publication (written by staged_outputs under "
+                           f"another spelling?)")
+    return held.pending[Path(path)]
 
 
 def _rename(staged: Mapping[Path, Path]) -> None:
-    for final, temp in staged.items():
-        os.replace(temp, final)
+    """Every temporary file onto its final path; if one rename fails (or a signal stops them), the temporary files
+    not yet renamed are removed, not left behind."""
+    pairs = list(staged.items())
+    for done, (final, temp) in enumerate(pairs):
+        try:
+            os.replace(temp, final)
+        except BaseException:
+            for _, left in pairs[done:]:
+                left.unlink(missing_ok=True)
+            raise
 
 
 # Timings differ from run to run: they go to MLflow and the logs, never into files whose bytes must reproduce.

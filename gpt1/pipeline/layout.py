@@ -74,6 +74,10 @@ TOKENIZER_FILE, TOKENIZER_META = "tokenizer.json", "gpt1_tokenizer.json"
 
 
 # ids/
+# The dtypes token-id files are written in (encode.dtype), and how many distinct ids each holds.
+IDS_DTYPE_VOCAB = {"uint16": 2**16, "uint32": 2**32}
+
+
 def ids_bin(split: str) -> str:
     return f"{split}.bin"
 

@@ -609,7 +609,11 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
     except BaseException as err:
         _end_run(client, run.info.run_id, "KILLED" if interruption(err) else "FAILED")
         raise
-    _retry(lambda: client.set_terminated(run.info.run_id, "FINISHED"))
+    try:
+        _retry(lambda: client.set_terminated(run.info.run_id, "FINISHED"))
+    except BaseException as err:  # the stage's outputs stay unpublished (files.publication): the run did not finish
+        _end_run(client, run.info.run_id, "KILLED" if interruption(err) else "FAILED")
+        raise
 
 
 def _end_run(client: Any, run_id: str, status: str) -> None:
