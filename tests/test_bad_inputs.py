@@ -936,6 +936,16 @@ def test_a_store_failing_at_a_stages_very_end_leaves_its_earlier_outputs(command
                 for name in ("model.safetensors", "model.json", "metrics.json", "curves.csv")] == [True] * 4
 
 
+def test_every_stage_is_a_case_of_the_store_failing_at_its_end():
+    """The stages are the commands that take the profile's settings and write an --out folder: each one is above."""
+    from gpt1.cli.main import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    stages = {name for name, parser in commands.items()
+              if {"--out OUT", "--set KEY=VALUE"} <= set(re.findall(r"--[a-z-]+ [A-Z=]+", parser.format_help()))}
+    assert stages == set(STAGES_TO_THE_END)
+
+
 def _artifact_paths(client, run_id: str, folder: str | None = None) -> list[str]:
     found = []
     for item in client.list_artifacts(run_id, folder):
