@@ -40,53 +40,47 @@ def staged_outputs(*paths: str | Path) -> Iterator[list[Path]]:
         if not temp.exists():
             raise FileNotFoundError(f"stage did not write its declared output {final}")
     staged = dict(zip(finals, temps, strict=True))
-    if (outer := _PUBLICATION.get()) is not None:
-        outer.pending.update(staged)
+    if (held := _HELD.get()) is not None:
+        held.update(staged)
     else:
         _rename(staged)
 
 
-class Publication:
-    """The outputs written so far inside a `publication()`, by final path, not yet in place."""
-
-    def __init__(self) -> None:
-        self.pending: dict[Path, Path] = {}  # final path -> the temporary file holding it
-
-
-_PUBLICATION: contextvars.ContextVar[Publication | None] = contextvars.ContextVar("gpt1_publication", default=None)
+# Inside a publication(): the outputs written so far, final path -> the temporary file holding it.
+_HELD: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("gpt1_held_outputs", default=None)
 
 
 @contextlib.contextmanager
-def publication() -> Iterator[Publication]:
+def publication() -> Iterator[None]:
     """Hold back the renames of every `staged_outputs` block inside it until the block ends, then make them all.
 
     A stage runs its work and its MLflow logging inside one, so a failure anywhere, the tracking store's included,
     leaves the earlier run's outputs as they were; `staged_path` finds a written output while it is still held."""
-    if _PUBLICATION.get() is not None:
+    if _HELD.get() is not None:
         raise RuntimeError("publication() inside a publication(): the outer one publishes everything")
-    held = Publication()
-    token = _PUBLICATION.set(held)
+    held: dict[Path, Path] = {}
+    token = _HELD.set(held)
     try:
-        yield held
+        yield
     except BaseException:
-        for temp in held.pending.values():
+        for temp in held.values():
             temp.unlink(missing_ok=True)
         raise
     finally:
-        _PUBLICATION.reset(token)
-    _rename(held.pending)
+        _HELD.reset(token)
+    _rename(held)
 
 
 def staged_path(path: str | Path) -> Path:
     """Where output `path` is now: inside a publication, the temporary file holding it (an output not written in
     it is an error: its file would be the earlier run's); outside one, the path."""
-    held = _PUBLICATION.get()
+    held = _HELD.get()
     if held is None:
         return Path(path)
-    if Path(path) not in held.pending:
+    if Path(path) not in held:
         raise RuntimeError(f"{path}: not an output written in this publication (written by staged_outputs under "
                            f"another spelling?)")
-    return held.pending[Path(path)]
+    return held[Path(path)]
 
 
 def _rename(staged: Mapping[Path, Path]) -> None:

@@ -606,12 +606,8 @@ def stage_run(stage: str, profile: str, experiment: str, params: Mapping[str, An
         logger = StageRun(run.info.run_id, experiment_id)
         logger.log_params(params)
         yield logger
-    except BaseException as err:
-        _end_run(client, run.info.run_id, "KILLED" if interruption(err) else "FAILED")
-        raise
-    try:
         _retry(lambda: client.set_terminated(run.info.run_id, "FINISHED"))
-    except BaseException as err:  # the stage's outputs stay unpublished (files.publication): the run did not finish
+    except BaseException as err:  # also where marking it FINISHED failed: its outputs stay unpublished
         _end_run(client, run.info.run_id, "KILLED" if interruption(err) else "FAILED")
         raise
 

@@ -11,7 +11,7 @@ from typing import Any
 from gpt1.modeling.hf import save_hf_dir
 from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error, UsageError
-from gpt1.pipeline.files import write_json
+from gpt1.pipeline.files import temp_path, write_json
 
 EXPORT_FORMATS = ("hf",)
 
@@ -50,7 +50,7 @@ def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str 
     if meta["kind"] != "gpt":
         raise Gpt1Error(f"{model_dir}: a {meta['kind']!r} model has no OpenAIGPT counterpart; export a gpt model")
     params = {"export": {"format": fmt, "source": str(model_dir)}, "model": meta["config"]}
-    staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
+    staging = temp_path(out_dir)
     shutil.rmtree(staging, ignore_errors=True)
     try:
         with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"export {fmt}") as run:
