@@ -6,7 +6,7 @@
 
 Why: a fine-tuning batch pads every sequence to its longest, and with shuffled batches of GLUE's short, unequal
 sentences 40-60% of the padded tokens are padding (SST-2: 62%). `finetune.length_group_batches` forms batches by
-length within runs of that many shuffled batches (`gpt1.training.finetuning.epoch_batches`). The two arms are
+length within runs of that many shuffled batches (`gpt1.training.finetune_loop.epoch_batches`). The two arms are
 experiments/finetune_ab.py's A/B of `finetune.length_group_batches` (held-out design, interleaved rounds, paired
 bootstrap; its docstring says what is printed). `--padding` instead counts, for the default run's encoded training
 examples of every task (results/default/tasks), the share of real tokens among the padded tokens of 3 epochs of
@@ -30,7 +30,7 @@ def padding(groups: list[int], batch_size: int = 16, epochs: int = 3) -> None:
     from gpt1.data.rows import Example, LoadedSplit
     from gpt1.data.taskdata import Part
     from gpt1.data.transforms import Transformed
-    from gpt1.training.finetuning import epoch_batches, longest_sequence
+    from gpt1.training.finetune_loop import epoch_batches, longest_sequence
 
     print("| task | training examples | " + " | ".join(f"real / padded, groups of {g}" for g in groups) + " |")
     print("| --- | ---: |" + " ---: |" * len(groups))

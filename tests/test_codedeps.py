@@ -21,9 +21,10 @@ from gpt1.pipeline.errors import CodeDepsError
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "dvc_code_deps.py"
 PROFILE = yaml.safe_load((REPO / "params.yaml").read_text())["profile"]
+# what every `python -m gpt1 <stage>` imports
 CLI_BASE = ["__init__.py", "__main__.py", "cli/__init__.py", "cli/boundary.py", "cli/main.py", "cli/preflight.py",
             "pipeline/__init__.py", "pipeline/config.py", "pipeline/errors.py", "pipeline/files.py",
-            "pipeline/params.schema.yaml", "pipeline/tracking.py"]  # what every `python -m gpt1 <stage>` imports
+            "pipeline/mlflow_store.py", "pipeline/params.schema.yaml", "pipeline/tracking.py"]
 
 
 def load_tool():

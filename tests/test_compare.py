@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1.evaluation.compare import Comparison, compare_trees, holm, render, verdicts
+from gpt1.report.compare import Comparison, compare_trees, holm, render, verdicts
 from tests.conftest import TinyData, gpt1_command, tiny_config
 
 TASK = "sst2"

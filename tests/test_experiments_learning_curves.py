@@ -6,7 +6,7 @@ from pathlib import Path
 
 from experiments import learning_curves
 from gpt1.pipeline.config import finetune_settings, load_config
-from gpt1.training.finetuning import Recipe
+from gpt1.training.finetune_loop import Recipe
 
 REPO = Path(__file__).resolve().parents[1]
 CUT = ("train", 0.8, 0)

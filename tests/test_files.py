@@ -83,3 +83,10 @@ def test_a_rename_that_fails_leaves_no_temporary_file_behind(tmp_path: Path) -> 
         for temp in temps:
             temp.write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # renames are not atomic together; temps gone
+
+
+def test_flatten_nested_params():
+    from gpt1.pipeline.files import flatten
+
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": 2, "e": [1, 2]}
+    assert flatten({"a": {"b": 1, "sha256": "x"}, "sha256": "y"}, skip=("sha256",)) == {"a.b": 1}  # at any depth

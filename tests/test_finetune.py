@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import gpt1.modeling.backbones as backbones
+import gpt1.training.finetune_loop as finetune_loop
 import gpt1.training.finetuning as finetuning
 from gpt1.data.rows import Cut, Example, LoadedSplit, cut_positions
 from gpt1.data.taskdata import Part
@@ -30,7 +31,8 @@ from gpt1.pipeline.config import finetune_settings, load_config
 from gpt1.pipeline.errors import Gpt1Error
 from gpt1.pipeline.files import file_record, without_timings, write_json
 from gpt1.stages.finetune import CURVE_FIELDS, declared_outputs, finetune_stage
-from gpt1.training.finetuning import Trainer, chunks, epoch_batches, finetune_run, linear_lr_factor, prepare_job
+from gpt1.training.finetune_loop import Trainer, chunks, epoch_batches, linear_lr_factor
+from gpt1.training.finetuning import finetune_run, prepare_job
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["finetune.max_train_examples=16", "finetune.max_eval_examples=16", "finetune.batch_size=8",
@@ -249,7 +251,7 @@ def test_story_cloze_keeps_the_best_epochs_weights(assets: Assets, monkeypatch: 
     """Selection on the slice: the first of the best-scoring epochs wins, and the report is scored with its weights."""
     slice_scores = iter([0.9, 0.3, 0.9])  # epochs 1-3 on the selection slice: epoch 1 is the first of equals
     states: list[dict[str, torch.Tensor]] = []
-    real_predict, real_score = finetuning.predict, finetuning.score
+    real_predict, real_score = finetune_loop.predict, finetune_loop.score
 
     def recording_predict(model, *args, **kwargs):
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
@@ -259,8 +261,9 @@ def test_story_cloze_keeps_the_best_epochs_weights(assets: Assets, monkeypatch: 
         value = next(slice_scores, None)
         return {spec.paper_metric: value} if value is not None else real_score(spec, examples, decoded)
 
-    monkeypatch.setattr(finetuning, "predict", recording_predict)
-    monkeypatch.setattr(finetuning, "score", scripted_score)
+    for module in (finetune_loop, finetuning):  # the loop selects the epoch, the job scores the reports
+        monkeypatch.setattr(module, "predict", recording_predict)
+        monkeypatch.setattr(module, "score", scripted_score)
     result = finetune_run(finetune_settings(config("finetune.epochs=3")), "story_cloze", "pretrained", 0, assets.gpt,
                           assets.tokenizer, present=("validation",))
     assert result.metrics["selection"]["epoch_scores"] == [0.9, 0.3, 0.9]
@@ -486,7 +489,7 @@ def test_the_trainer_groups_batches_as_the_profile_says_and_steps_with_fused_ada
     assert trainer.optimizer.defaults["fused"] is True  # CPU: the fused kernels (bench/optimizer_step.py)
     seen: list[list[int]] = []
     # Record the batches the trainer forms, without training on them.
-    monkeypatch.setattr(finetuning, "batches", lambda part, groups, regression: seen.extend(groups) or iter(()))
+    monkeypatch.setattr(finetune_loop, "batches", lambda part, groups, regression: seen.extend(groups) or iter(()))
     trainer.epoch(0, 0, "test")
     assert seen == epoch_batches(job.train, job.recipe.batch_size, torch.Generator().manual_seed(0), 3)
 

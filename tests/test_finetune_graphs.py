@@ -1,4 +1,4 @@
-"""The CUDA fast path of fine-tuning (gpt1.training.finetuning.GraphedUpdates) where a CPU can check it: the bucket
+"""The CUDA fast path of fine-tuning (gpt1.training.finetune_loop.GraphedUpdates) where a CPU can check it: the bucket
 lengths, collation to a bucket, the static-shape loss against the eager one, the switch (a CPU keeps the eager loop
 unless forced; tests/test_finetune.py's digests keep its bits), the forced loop on a CPU through dynamo, and section e2
 of bench/gpu_check.py (`run_graphs`) rehearsed as its `section` command runs it."""
@@ -17,9 +17,9 @@ from gpt1.data.rows import Example, LoadedSplit
 from gpt1.data.taskdata import Part
 from gpt1.data.tasks import get_task
 from gpt1.data.transforms import Transformed
-from gpt1.modeling.heads import FinetuneModel, collate, compute_losses
+from gpt1.modeling.heads import FinetuneModel, collate, compute_losses, static_losses
 from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
-from gpt1.training.finetuning import GraphedUpdates, Recipe, Trainer, batches, bucket_length, static_losses, uses_graphs
+from gpt1.training.finetune_loop import GraphedUpdates, Recipe, Trainer, batches, bucket_length, uses_graphs
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 100

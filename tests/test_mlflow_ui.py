@@ -51,8 +51,8 @@ def log_pipeline(setenv: Callable[[str, str], None], pipeline: str, override: st
     """The stage runs of one pipeline, then its report run, logged as the stages log them."""
     from gpt1.pipeline.config import load_config
     from gpt1.pipeline.plan import Plan
-    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, stage_run
-    from gpt1.report.stage import adopt_pipeline_runs, report_metrics, report_params, report_run_name
+    from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, nest_pipeline_runs, stage_run
+    from gpt1.report.stage import report_metrics, report_params, report_run_name
 
     setenv(PIPELINE_RUN_ENV, pipeline)
     cfg = load_config(REPO / "params.yaml", "smoke", [override])
@@ -67,7 +67,7 @@ def log_pipeline(setenv: Callable[[str, str], None], pipeline: str, override: st
     params = report_params(cfg, results, results, Plan.from_params(cfg.root))
     with stage_run("report", cfg.profile, EXPERIMENT, params, name=report_run_name()) as run:
         run.log_metrics(report_metrics(summary))
-        adopt_pipeline_runs(run.run_id)
+        nest_pipeline_runs(run.run_id)
 
 
 def make_store(folder: Path, setenv: Callable[[str, str], None]) -> str:

@@ -696,15 +696,6 @@ def test_plan_reads_the_lists_of_params() -> None:
 # ---------------------------------------------------------------------------------------------------- MLflow
 
 
-def test_a_pipeline_id_with_a_quote_is_refused() -> None:
-    from gpt1.pipeline.errors import TrackingError
-    from gpt1.report import adopt_pipeline_runs
-
-    with pytest.raises(TrackingError, match="GPT1_PIPELINE_RUN"):  # every stage refuses it first (test_bad_inputs)
-        adopt_pipeline_runs("run", "it's")
-    assert adopt_pipeline_runs("run", "") == []  # no pipeline invocation: nothing to group
-
-
 def test_the_report_run_logs_the_curated_metrics_that_exist() -> None:
     """The curated few under the names `dvc metrics show` gives them (the columns of MLflow's saved views), beside
     every number of the summary; a curated metric without its inputs (None in metrics.json) is not logged."""

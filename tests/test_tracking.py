@@ -1,17 +1,12 @@
 """MLflow: parallel stages must not lose a metric, fail on a locked database, or land in the wrong experiment."""
 
 import json
-import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
-
-from gpt1.pipeline import tracking
-from gpt1.pipeline.tracking import check_store, flatten, shown
 
 WRITER = """
 import sys
@@ -41,10 +36,6 @@ def test_eight_processes_logging_at_once_into_a_new_store(tmp_path):
     assert {r.data.tags["gpt1.stage"] for r in runs} == {f"writer{i}" for i in range(8)}
 
 
-def test_flatten_nested_params():
-    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": 2, "e": [1, 2]}
-
-
 def test_log_steps_writes_more_than_one_batch_of_steps(tmp_path, monkeypatch):
     from gpt1.pipeline.tracking import METRICS_PER_BATCH, stage_run
 
@@ -57,36 +48,6 @@ def test_log_steps_writes_more_than_one_batch_of_steps(tmp_path, monkeypatch):
     history = MlflowClient(uri).get_metric_history(run_id, "loss")
     assert sorted(m.step for m in history) == list(range(steps))
     assert {m.step: m.value for m in history}[3] == 0.25
-
-
-def test_a_briefly_locked_store_is_waited_for(tmp_path, monkeypatch):
-    """sqlite retries while another writer holds the lock; the stage goes on once it is released."""
-    store = tmp_path / "mlflow.db"
-    with sqlite3.connect(store) as db:  # any sqlite database locks the same way
-        db.execute("CREATE TABLE runs (id TEXT)")
-    locked, release = threading.Event(), 0.5
-
-    def hold() -> None:
-        holder = sqlite3.connect(store, isolation_level=None)
-        holder.execute("BEGIN EXCLUSIVE")
-        locked.set()
-        time.sleep(release)
-        holder.execute("ROLLBACK")
-        holder.close()
-
-    monkeypatch.setenv("GPT1_MLFLOW_LOCK_TIMEOUT", "20")
-    thread = threading.Thread(target=hold)
-    thread.start()
-    locked.wait(10)
-    started = time.perf_counter()
-    check_store(f"sqlite:///{store}")
-    thread.join()
-    assert release / 2 < time.perf_counter() - started < 15
-
-
-def test_a_password_in_the_tracking_uri_is_not_shown():
-    assert shown("https://me:secret@mlflow.example:5000/x") == "https://me:***@mlflow.example:5000/x"
-    assert shown("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
 
 
 def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
@@ -230,66 +191,6 @@ def test_a_dataset_another_run_inserted_at_the_same_moment_is_logged_on_the_retr
     assert len(calls) == 2 and (given.dataset.name, given.dataset.digest) == ("sst2/train", "f" * 32)
 
 
-@pytest.mark.parametrize(("said", "fix"), [
-    ("API request to endpoint /api/2.0/mlflow/experiments/get-by-name failed with error code 401 != 200. Response "
-     "body: 'You are not authenticated.'", "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"),
-    ("API request to endpoint /api/2.0/mlflow/runs/create failed with error code 403 != 200. Response body: "
-     "'Permission denied'", "ask the server's admin for EDIT on the experiment"),
-])  # fmt: skip
-def test_a_server_that_wants_credentials_is_named_with_the_fix(monkeypatch, said, fix):
-    from mlflow.exceptions import MlflowException
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    error = tracking.store_error(MlflowException(said))
-    assert str(error).startswith("MLflow store http://127.0.0.1:5000: API request") and fix in str(error)
-
-
-@pytest.mark.parametrize(("uri", "probed"), [
-    ("postgresql://me@db.example:5433/mlflow", ("db.example", 5433)),
-    ("POSTGRESQL+psycopg2://me@db.example/mlflow", ("db.example", 5432)),
-    ("mysql+pymysql://me@10.0.0.2/mlflow", ("10.0.0.2", 3306)),
-    ("mssql+pymssql://me@sql.example/mlflow", ("sql.example", 1433)),
-    ("mysql://me@localhost/mlflow", None),  # MySQL's clients take the socket for localhost
-    ("mssql+pyodbc://me:pw@my_dsn", None),  # an ODBC data source's name, no host
-    ("postgresql://me@/mlflow?host=/var/run/postgresql", None),  # a local socket
-    ("sqlite:///mlflow.db", None),
-])
-def test_a_database_store_is_probed_at_its_tcp_address_only(monkeypatch, uri, probed):
-    """What a dead server costs is seconds, not SQLAlchemy's minute of retries; an address that is no TCP host is
-    the driver's to reach (probing it would refuse a store that works)."""
-    reached = []
-    monkeypatch.setattr(tracking, "_reach", lambda host, port, what: reached.append((host, port)))
-    monkeypatch.setattr(tracking, "_check_sqlite", lambda path: None)
-    check_store(uri)
-    assert reached == ([probed] if probed else [])
-
-
-def test_a_long_store_message_is_cut_at_a_sentence_and_its_fix_read_from_all_of_it(monkeypatch):
-    from gpt1.pipeline.tracking import store_error
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    long = "The store said something long. " * 12 + "The server answered 401."
-    said = str(store_error(RuntimeError(long)))
-    assert said.startswith("MLflow store http://127.0.0.1:5000: The store said something long.")
-    assert " ...; the server wants a user" in said and len(said) < 520
-    one_sentence = "A. " + "x" * 400
-    assert f"{one_sentence[:300]} ...;" in str(store_error(RuntimeError(one_sentence)))  # no 'A ...' left alone
-    run_deleted = "The run 12ab must be in the 'active' state. Current state is deleted."
-    assert "experiment was deleted" not in str(store_error(RuntimeError(run_deleted)))
-
-
-def test_the_artifact_folder_is_the_one_mlflow_writes(tmp_path):
-    from gpt1.pipeline.tracking import check_artifact_folder
-
-    check_artifact_folder(f"file://{tmp_path}/a%20b/artifacts")  # MLflow decodes %20: the folder it will write
-    assert (tmp_path / "a b" / "artifacts").is_dir() and not list((tmp_path / "a b" / "artifacts").iterdir())
-    check_artifact_folder(f"{tmp_path}/h#1/artifacts")  # a plain path is whole, # and all
-    assert (tmp_path / "h#1" / "artifacts").is_dir()
-    for remote in ("mlflow-artifacts:/1/abc/artifacts", "s3://bucket/1/abc/artifacts", "file://otherhost/x"):
-        check_artifact_folder(remote)  # the server's to check: nothing made here
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "h#1"]
-
-
 def test_a_stop_that_breaks_a_pipe_on_the_way_out_still_ends_the_run_killed(tmp_path, monkeypatch):
     """Slurm's SIGTERM (a requeue) reaches the whole job, the `tee` a stage writes through too: the stage's next
     progress line raises BrokenPipeError while it stops. The run is KILLED and the exit 143 all the same (the Slurm
@@ -312,3 +213,12 @@ def test_a_stop_that_breaks_a_pipe_on_the_way_out_still_ends_the_run_killed(tmp_
     assert [run.info.status for run in client.search_runs([experiment])] == ["KILLED"]
     line, code = failure_line(raised.value, Namespace(command="pretrain"))
     assert code == 143 and line.startswith("gpt1 pretrain: stopped by SIGTERM")
+
+
+def test_a_pipeline_id_with_a_quote_is_refused() -> None:
+    from gpt1.pipeline.errors import TrackingError
+    from gpt1.pipeline.tracking import nest_pipeline_runs
+
+    with pytest.raises(TrackingError, match="GPT1_PIPELINE_RUN"):  # every stage refuses it first (test_bad_inputs)
+        nest_pipeline_runs("run", "it's")
+    assert nest_pipeline_runs("run", "") == []  # no pipeline invocation: nothing to group

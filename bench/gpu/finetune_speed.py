@@ -1,4 +1,4 @@
-"""Section e: the time of one fine-tuning update at the gpu profile's real shapes, through gpt1.training.finetuning's
+"""Section e: the time of one fine-tuning update at the gpu profile's real shapes, through gpt1.training.finetune_loop's
 own loop (`Trainer.epoch`: collation, the copy to the device, bf16 autocast, L3, fused AdamW, the schedule), on the
 paper's model: MNLI (batch 32, one sequence each), QQP (both orders: two sequences each), RACE (4 answers x 512
 tokens each), and a near-empty update (one 8-token sequence: the fixed cost, mostly AdamW over 117M parameters).
@@ -8,7 +8,7 @@ bench/gpu_budget.py then divides by (with the peak of section a and pre-training
 the gpu profile's GPU-hours, each figure marked measured or assumed.
 
 Section e measures the eager loop (`Trainer(graphs=False)`), the one every update ran before the CUDA fast path;
-section e2 (`run_graphs`) measures that loop and the fast path (`gpt1.training.finetuning.GraphedUpdates`: bucketed
+section e2 (`run_graphs`) measures that loop and the fast path (`gpt1.training.finetune_loop.GraphedUpdates`: bucketed
 shapes, CUDA graphs, capturable fused AdamW, no host sync per update) interleaved at the same shapes, and the
 GPU-hours again from the fast path's speed.
 
@@ -38,7 +38,7 @@ from gpt1.data.transforms import Transformed
 from gpt1.modeling.heads import FinetuneModel
 from gpt1.modeling.model import GPT, GPTConfig
 from gpt1.pipeline.config import load_config
-from gpt1.training.finetuning import Recipe, Trainer, bucket_length
+from gpt1.training.finetune_loop import Recipe, Trainer, bucket_length
 
 PAPER = GPTConfig(vocab_size=40478, n_ctx=512, n_embd=768, n_layer=12, n_head=12)
 TINY = GPTConfig(vocab_size=512, n_ctx=64, n_embd=64, n_layer=2, n_head=2)

@@ -129,7 +129,7 @@ def _store_error(err: BaseException) -> Gpt1Error | None:
     import sqlalchemy.exc
     from mlflow.exceptions import MlflowException
 
-    from gpt1.pipeline.tracking import store_error
+    from gpt1.pipeline.mlflow_store import store_error
 
     return store_error(err) if isinstance(err, MlflowException | sqlalchemy.exc.SQLAlchemyError) else None
 

@@ -165,7 +165,7 @@ def materialize(source: str, path: str, scratch: Path) -> Path:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from gpt1.evaluation.compare import compare_trees, render
+    from gpt1.report.compare import compare_trees, render
 
     if not 0 < args.alpha < 1:
         raise Gpt1Error(f"--alpha {args.alpha}: give a level between 0 and 1, e.g. 0.05")

@@ -137,10 +137,12 @@ def check_stage(args: Namespace) -> None:
     check_corpus_documents(args)
     out = getattr(args, "out", None)
     if out is not None:
-        from gpt1.pipeline.tracking import check_store
+        from gpt1.pipeline.mlflow_store import check_store
+        from gpt1.pipeline.tracking import pipeline_run_name
 
         check_output_folder(Path(out))
         check_out_is_no_model_input(args, Path(out))
+        pipeline_run_name()  # the report searches the runs by it: refused here, not by the last stage
         check_store()
 
 

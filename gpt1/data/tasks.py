@@ -61,10 +61,6 @@ class TaskSpec:
     finetune: bool = True  # False: an analysis dataset (DPR), never fine-tuned
     note: str = ""
 
-    @property
-    def n_choices(self) -> int | None:
-        return self.num_labels if self.kind == "multiple_choice" else None
-
 
 def _glue(name: str, kind: Kind, fields: tuple[str, ...], names: tuple[str, ...], **kw: Any) -> TaskSpec:
     splits = kw.pop("splits", ("train", "validation", "test"))

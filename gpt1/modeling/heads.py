@@ -7,7 +7,8 @@
   sequence, softmax over the answers.
 * Batches: `collate` right-pads a list of transformed examples (`Batch`).
 * The objective: L3 = L2 + λ·L1 (`compute_losses`), L1 the next-token loss over the real tokens of every task
-  sequence (padding ignored, `lm_targets`), L2 the task loss (`task_loss`).
+  sequence (padding ignored, `lm_targets`), L2 the task loss (`task_loss`); `static_losses` is the same arithmetic
+  at shapes that do not depend on the data, for the CUDA graphs of the fine-tuning loop's fast path.
 * Layer transfer (Figure 2, left): `transfer_init` keeps the embeddings and the first k blocks and re-initialises
   the rest as a fresh GPT would.
 """
@@ -73,7 +74,6 @@ def transfer_init(model: GPT, k: int) -> Transfer:
     names = [name for name, _ in model.named_parameters()]
     fresh = [n for n in names if any(n.startswith(prefix) for prefix in reset)]
     return Transfer([n for n in names if n not in fresh], fresh)
-
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -230,6 +230,20 @@ def compute_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> tupl
     return Losses(clf, clf, lm), outputs
 
 
+def static_losses(model: FinetuneModel, batch: Batch, lm_weight: float) -> Losses:
+    """`compute_losses` without a shape that depends on the data, so that a CUDA graph can replay it: L1 over every
+    position, padding ignored through its targets (the mean over the same real tokens as `FinetuneModel.lm_loss`,
+    whose boolean indexing would give each batch a shape of its own, and cost a host sync)."""
+    states = model.states(batch)
+    clf = task_loss(model, model.task_outputs(states, batch), batch.labels)
+    targets = lm_targets(batch.tokens, batch.lengths).flatten()
+    # The LM's logits as heads' L1 reads them (the LSTM's own dropout first), at every position
+    if lm_weight:
+        lm = F.cross_entropy(_lm_logits(model.lm, states).flatten(0, 1), targets, ignore_index=IGNORE)
+        return Losses(clf + lm_weight * lm, clf, lm)
+    with torch.no_grad():  # λ = 0: L1 measured for the curves, without a graph
+        lm = F.cross_entropy(_lm_logits(model.lm, states.detach()).flatten(0, 1), targets, ignore_index=IGNORE)
+    return Losses(clf, clf, lm)
 
 
 # ---------------------------------------------------------------------------------------------- head outputs
@@ -267,6 +281,7 @@ __all__ = [
     "head_outputs",
     "is_regression",
     "lm_targets",
+    "static_losses",
     "task_loss",
     "transfer_init",
 ]

@@ -99,6 +99,11 @@ class Config:
         return self.p[name]
 
     @property
+    def experiment(self) -> str:
+        """The MLflow experiment every stage logs into (params.yaml mlflow.experiment)."""
+        return self.root["mlflow"]["experiment"]
+
+    @property
     def synthetic(self) -> bool:
         """The project makes this profile's corpus and task data itself (smoke): no hub, no mirror."""
         return makes_its_own_data(self.p)

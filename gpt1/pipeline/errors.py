@@ -102,3 +102,19 @@ class CheckpointError(Gpt1Error):
 
 class TaskError(Gpt1Error):
     """Bad task input: names the task, split, row and field, and what would be valid."""
+
+
+class CompareError(Gpt1Error):
+    """A results tree that cannot be compared: missing, empty, or with unreadable records."""
+
+
+class RecordError(Gpt1Error):
+    """A record file that is not what its declaration says."""
+
+
+class NumericsError(Gpt1Error):
+    """The process cannot be pinned (torch loaded first) or a run's numerics record is unreadable."""
+
+
+class PinnedKernelError(Gpt1Error):
+    """A matrix product the pinned mode has no vendor-independent kernel for."""

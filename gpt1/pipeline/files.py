@@ -8,7 +8,7 @@ import csv
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -137,19 +137,24 @@ def check_types(record: Mapping[str, Any], kinds: Mapping[str, type], path: str 
                         f"re-run {stage_command(producer)}")
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, inner in value.items():
-            out.update(_flat(inner, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): value}
+def flatten(mapping: Mapping[str, Any], skip: Collection[str] = (), prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}, leaving out the keys in `skip` at any depth (MLflow's params, and the settings
+    two records are compared by, are flat)."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if key in skip:
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, skip, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def first_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first (sorted) dotted key where two JSON objects differ, with the old and the new value; None if equal.
     Errors name one setting instead of printing two whole objects."""
-    a, b = _flat(old), _flat(new)
+    a, b = flatten(old), flatten(new)
     for key in sorted(a.keys() | b.keys()):
         if a.get(key, "<absent>") != b.get(key, "<absent>"):
             return key, a.get(key, "<absent>"), b.get(key, "<absent>")
@@ -190,6 +195,11 @@ def stage_command(stage: str) -> str:
     return f"gpt1 {stage.replace('_', '-')}"
 
 
+def rerun_hint(producer: str) -> str:
+    """What to do about a bad input that a stage wrote: rerun that stage."""
+    return f"re-run the {producer} stage ({stage_command(producer)})"
+
+
 def require_files(producer: str, *paths: str | Path) -> None:
     """Fail before any work if an input is missing, naming the file and the stage that makes it."""
     for path in paths:
@@ -208,7 +218,7 @@ def verify_file(path: str | Path, record: dict[str, Any], producer: str, where: 
     `where`), before any expensive work: a changed, truncated or corrupt input is named with its `fix`, by default
     the stage that makes it again."""
     path = Path(path)
-    fix = fix or f"re-run the {producer} stage ({stage_command(producer)})"
+    fix = fix or rerun_hint(producer)
     if not path.is_file():
         raise error(f"{path}: missing; {fix}")
     if not isinstance(record, dict) or not {"bytes", "sha256"} <= record.keys():
@@ -239,7 +249,7 @@ def read_sealed_json(path: str | Path, producer: str, error: type[Gpt1Error] = G
     """A sealed JSON object, after checking its content against its sha256; errors (of class `error`) name the
     file and the stage that writes it."""
     path = Path(path)
-    fix = f"re-run the {producer} stage ({stage_command(producer)})"
+    fix = rerun_hint(producer)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:

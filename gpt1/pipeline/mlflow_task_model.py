@@ -18,9 +18,9 @@ import mlflow.pyfunc
 import pandas as pd
 import torch
 
-TASK_OUTPUTS = ("prediction", "probability")
+from gpt1.pipeline import layout
+
 TASK_META = "task_model.json"
-WEIGHTS = "model.safetensors"
 
 
 def _placeholder_label(spec: Any) -> Any:
@@ -94,9 +94,9 @@ def save_task_model(model: Any, meta: dict[str, Any], folder: Path) -> dict[str,
     from gpt1.pipeline.files import write_json
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_weights(model, folder / WEIGHTS)
+    save_weights(model, folder / layout.MODEL_WEIGHTS)
     write_json(folder / TASK_META, meta)
-    return {"weights": str(folder / WEIGHTS), "meta": str(folder / TASK_META)}
+    return {"weights": str(folder / layout.MODEL_WEIGHTS), "meta": str(folder / TASK_META)}
 
 
 def task_signature(spec: Any) -> Any:

@@ -15,15 +15,11 @@ from typing import Any
 
 import jsonschema
 
-from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.errors import Gpt1Error, RecordError
 from gpt1.pipeline.files import read_sealed_json, stage_command, write_sealed_json
 
 SCHEMA_PATH = Path(__file__).with_name("records.schema.yaml")
 WRITERS = {"pretrain_metrics": "pretrain", "finetune_metrics": "finetune", "layers": "layers", "zeroshot": "zeroshot"}
-
-
-class RecordError(Gpt1Error):
-    """A record file that is not what its declaration says."""
 
 
 @cache

@@ -16,13 +16,14 @@ renamed into place together at the end. The paper's numbers come from gpt1/repor
 
 Modules, each importing only those above it:
   numbers     rounding half up as the paper prints, exact means of printed numbers
-  inputs      the plan (params.yaml's lists), gaps, reading and verifying the pipeline's outputs
+  inputs      the runs the plan asks for (gpt1.pipeline.plan), gaps, reading and verifying the pipeline's outputs
   tables      the table model: paper.yaml's tables, our cells beside them, Table 5's paired tests
   renderers   a table as Markdown, LaTeX, CSV and HTML: its cells as pandas DataFrames, rendered by pandas
   figures     Figure 2 and the pre-training curves
   samples     the page of samples: the chosen snapshots continuing the prompts (gpt1.evaluation.sampling; torch
               loads there only)
   stage       the summary, writing every output together, `report_stage` and its MLflow run
+  compare     `gpt1 compare`: two results trees cell by cell (a user's command, no stage)
 """
 
 import importlib
@@ -37,7 +38,6 @@ _NAMES = {
     "CURATED_METRICS": "stage",
     "FIGURES": "figures",
     "FIGURE_BUILDERS": "figures",
-    "adopt_pipeline_runs": "stage",
     "build_report": "stage",
     "curated_metrics": "stage",
     "declared_outputs": "stage",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.pipeline import layout
-from gpt1.pipeline.files import publication, staged_outputs, write_json
+from gpt1.pipeline.files import staged_outputs, write_json
 from gpt1.pipeline.plan import Plan
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
@@ -30,9 +30,6 @@ from gpt1.report.renderers import RENDERERS
 from gpt1.report.samples import RENDERERS as SAMPLE_RENDERERS
 from gpt1.report.samples import Samples, draw_samples, no_samples
 from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
-
-PARENT_TAG = "mlflow.parentRunId"  # the tag `mlflow ui` nests runs by
-PIPELINE_TAG = "gpt1.pipeline_run"  # set by gpt1.pipeline.tracking.stage_run from GPT1_PIPELINE_RUN
 
 # ---------------------------------------------------------------------------------------------------- summary
 
@@ -185,32 +182,6 @@ def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> Rep
 # ---------------------------------------------------------------------------------------------------- MLflow
 
 
-def adopt_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> list[str]:
-    """Make every run of this pipeline invocation (tag gpt1.pipeline_run, default: $GPT1_PIPELINE_RUN) a child of
-    `parent_run_id`, so that `mlflow ui` nests them under the report; returns the children's run ids."""
-    from mlflow.tracking import MlflowClient
-
-    from gpt1.pipeline.tracking import StageRun, check_pipeline_run, pipeline_run_name, tracking_uri
-
-    pipeline_run = pipeline_run if pipeline_run is not None else pipeline_run_name()
-    if not pipeline_run:
-        return []
-    check_pipeline_run(pipeline_run)
-    client = MlflowClient(tracking_uri())
-    experiment = client.get_run(parent_run_id).info.experiment_id
-    query = f"tags.`{PIPELINE_TAG}` = '{pipeline_run}'"
-    children, token = [], None
-    while True:
-        page = client.search_runs([experiment], filter_string=query, max_results=1000, page_token=token)
-        children += [run.info.run_id for run in page if run.info.run_id != parent_run_id]
-        token = page.token
-        if not token:
-            break
-    for child in children:
-        StageRun(child).set_tags({PARENT_TAG: parent_run_id})
-    return children
-
-
 def report_params(cfg: Any, results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
     """The report run's parameters: every setting of the profile (as the stages log their sections: `finetune.lr`,
     ...), so that comparing two pipelines' report runs in `mlflow ui` shows the settings that changed, then what the
@@ -247,7 +218,7 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV, HTML), summary.json, the page of samples and the figures under
     OUT, written together; one MLflow run holding them as artifacts, made the parent of this pipeline invocation's
     runs."""
-    from gpt1.pipeline.tracking import stage_run, ui_url
+    from gpt1.pipeline.tracking import nest_pipeline_runs, published_run, ui_url
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     plan = Plan.from_params(cfg.root)
@@ -259,13 +230,12 @@ def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict
     if mixed is not None:
         print(f"report: {mixed}")
     params = report_params(cfg, results_dir, out_dir, plan)
-    with publication(), stage_run("report", cfg.profile, cfg.root["mlflow"]["experiment"], params,
-                                  name=report_run_name()) as run:
+    with published_run("report", cfg, params, name=report_run_name()) as run:
         outputs = write_report(report, out_dir)
         run.log_metrics(report_metrics(report.summary))
         for path in outputs:
             run.log_output(path, path.parent.name)
-        children = adopt_pipeline_runs(run.run_id)
+        children = nest_pipeline_runs(run.run_id)
         run.set_tags({"gpt1.children": len(children), "gpt1.gaps": len(report.gaps)})
     print(f"report: {len(outputs)} files under {out_dir}; {len(report.gaps)} gaps; {len(children)} runs nested")
     print(f"report: the pipelines in MLflow's UI: {ui_url(run.experiment_id)}")

@@ -13,15 +13,15 @@ def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     """`gpt1 bpe`: learn the BPE on CORPUS/train.jsonl; write OUT/tokenizer.json and OUT/gpt1_tokenizer.json."""
     import time
 
-    from gpt1.pipeline.files import publication, read_json, require_files, staged_outputs, verify_file
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.files import read_json, require_files, staged_outputs, verify_file
+    from gpt1.pipeline.tracking import published_run
 
     train_file, manifest_file = corpus_dir / layout.corpus_split("train"), corpus_dir / layout.CORPUS_MANIFEST
     require_files("clean", train_file, manifest_file)
     bpe, chunk_chars = cfg.section("bpe"), cfg.section("encode")["chunk_chars"]
     manifest = read_json(manifest_file)
     verify_file(train_file, manifest.get("train"), "clean", manifest_file)
-    with publication(), stage_run("bpe", cfg.profile, cfg.root["mlflow"]["experiment"], {"bpe": bpe}) as run:
+    with published_run("bpe", cfg, {"bpe": bpe}) as run:
         run.set_tags({"gpt1.data_sha256": manifest["train"]["sha256"]})
         run.log_dataset(f"{layout.CORPUS}/{train_file.name}", f"gpt1 clean:{train_file}", manifest["train"]["sha256"],
                         "train")

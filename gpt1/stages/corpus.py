@@ -17,7 +17,6 @@ from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error
 from gpt1.pipeline.files import (
     file_record,
-    publication,
     read_jsonl,
     sha256_text,
     staged_outputs,
@@ -126,10 +125,10 @@ def _split(kept: Path, held_out: set[int], outputs: dict[str, Path], manifest: P
 
 def fetch_stage(cfg, out: Path) -> dict[str, Any]:
     """`gpt1 fetch`: stream the profile's corpus into OUT/raw.jsonl and OUT/raw.manifest.json."""
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
 
     corpus = cfg.section("corpus")
-    with publication(), stage_run("fetch", cfg.profile, cfg.root["mlflow"]["experiment"], {"corpus": corpus}) as run:
+    with published_run("fetch", cfg, {"corpus": corpus}) as run:
         info = fetch(corpus, cfg.data_mirror, out / layout.RAW, out / layout.RAW_MANIFEST)
         run.set_tags({"gpt1.data_source": info["source"], "gpt1.data_sha256": info["sha256"]})
         run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", info["source"], info["sha256"], "fetched")
@@ -141,7 +140,7 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
 def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     """`gpt1 clean`: RAW/raw.jsonl -> OUT/{train,validation}.jsonl and OUT/manifest.json."""
     from gpt1.pipeline.files import check_types, read_json, require_files, verify_file
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
 
     require_files("fetch", raw_dir / layout.RAW, raw_dir / layout.RAW_MANIFEST)
     corpus = cfg.section("corpus")
@@ -149,7 +148,7 @@ def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     check_types(raw_info, {"source": str, "sha256": str}, raw_dir / layout.RAW_MANIFEST, "fetch")
     verify_file(raw_dir / layout.RAW, raw_info, "fetch", raw_dir / layout.RAW_MANIFEST)
     params = {"corpus": {k: corpus[k] for k in ("validation_fraction", "seed")}}
-    with publication(), stage_run("clean", cfg.profile, cfg.root["mlflow"]["experiment"], params) as run:
+    with published_run("clean", cfg, params) as run:
         run.set_tags({"gpt1.data_source": raw_info["source"], "gpt1.data_sha256": raw_info["sha256"]})
         run.log_dataset(f"{layout.CORPUS}/{layout.RAW}", raw_info["source"], raw_info["sha256"], "raw")
         outputs = {split: out / layout.corpus_split(split) for split in layout.SPLITS}

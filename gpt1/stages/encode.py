@@ -8,7 +8,7 @@ from pathlib import Path
 from gpt1.data.ids import encode_split
 from gpt1.data.tokenizer import GPT1Tokenizer
 from gpt1.pipeline import layout
-from gpt1.pipeline.files import publication, read_json, verify_file
+from gpt1.pipeline.files import read_json, verify_file
 
 
 def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers: int) -> dict[str, dict]:
@@ -16,7 +16,7 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     import time
 
     from gpt1.pipeline.files import require_files
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
 
     require_files("clean", *(corpus_dir / layout.corpus_split(split) for split in layout.SPLITS),
                   corpus_dir / layout.CORPUS_MANIFEST)
@@ -27,7 +27,7 @@ def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers:
     GPT1Tokenizer.load(tokenizer_dir)  # fails early, naming the missing file
     encode = cfg.section("encode")
     headers = {}
-    with publication(), stage_run("encode", cfg.profile, cfg.root["mlflow"]["experiment"], {"encode": encode}) as run:
+    with published_run("encode", cfg, {"encode": encode}) as run:
         for split in layout.SPLITS:
             name = layout.corpus_split(split)
             run.log_dataset(f"{layout.CORPUS}/{name}", f"gpt1 clean:{corpus_dir / name}", manifest[split]["sha256"],

@@ -19,8 +19,7 @@ from gpt1.pipeline import layout
 def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 encode-task`: OUT/examples.jsonl and OUT/encoded.json for one task, with the finetune section's
     train cut and caps, the pipeline's tokenizer and the model's n_ctx; one MLflow run."""
-    from gpt1.pipeline.files import publication
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
 
     spec = finetune_task(task)
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)
@@ -29,8 +28,7 @@ def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -
     source = data_source(cfg.data_mirror, cfg.synthetic, spec)
     settings = data_settings(spec, finetune, source)
     params = {"task": task, "n_ctx": n_ctx, "tokenizer_sha256": tokenizer.fingerprint(), **settings}
-    with publication(), stage_run(ENCODE_STAGE, cfg.profile, cfg.root["mlflow"]["experiment"], params,
-                                  name=f"encode_task {task}") as run:
+    with published_run(ENCODE_STAGE, cfg, params, name=f"encode_task {task}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
         data = plan_task_data(spec, finetune, source, tokenizer, n_ctx)
         header = write_encoded(Path(out_dir), spec, data, tokenizer.fingerprint(), n_ctx, settings)

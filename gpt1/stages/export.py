@@ -53,7 +53,7 @@ def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str 
     staging = temp_path(out_dir)
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        with stage_run("export", cfg.profile, cfg.root["mlflow"]["experiment"], params, name=f"export {fmt}") as run:
+        with stage_run("export", cfg.profile, cfg.experiment, params, name=f"export {fmt}") as run:
             save_hf_dir(model, staging)
             write_json(staging / layout.HF_EXPORT_RECORD, _provenance(model_dir, meta), sort_keys=False)
             run.set_tags({"gpt1.tokenizer_sha256": str(meta.get("tokenizer_sha256"))})

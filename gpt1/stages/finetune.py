@@ -15,7 +15,6 @@ from gpt1.pipeline import layout, records
 from gpt1.pipeline.config import finetune_settings
 from gpt1.pipeline.files import (
     file_record,
-    publication,
     staged_outputs,
     without_timings,
     write_csv,
@@ -81,14 +80,13 @@ def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir:
     predictions.jsonl and curves.csv together, log an MLflow run. Every input is checked before training; a
     failure, MLflow's logging included, leaves an earlier run's outputs as they were (they are replaced only by the
     publication's renames, after everything else)."""
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
 
     out = Path(out_dir)
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained_dir, tokenizer_dir,
                       transfer_layers=transfer_layers, examples_dir=examples_dir)
     numerics = job_numerics(job)
-    with publication(), stage_run("finetune", cfg.profile, cfg.root["mlflow"]["experiment"], _params(job, cfg),
-                                  name=run_name(job)) as run:
+    with published_run("finetune", cfg, _params(job, cfg), name=run_name(job)) as run:
         splits = ",".join(p.name for p in job.evals)
         run.set_tags({"gpt1.task": job.spec.name, "gpt1.variant": job.variant.name, "gpt1.seed": seed,
                       "gpt1.split": splits, "gpt1.transfer_layers": transfer_layers,

@@ -17,7 +17,6 @@ from gpt1.pipeline.config import LAYER_TRANSFER_TASKS
 from gpt1.pipeline.errors import UsageError
 from gpt1.pipeline.files import (
     file_record,
-    publication,
     read_json,
     require_files,
     staged_outputs,
@@ -51,7 +50,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     encoded examples in `examples_dir` (the encode_task stage), else loaded here."""
     from gpt1.data.rows import layer_caps
     from gpt1.pipeline.config import finetune_settings
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
     from gpt1.training.finetuning import finetune_run
     from gpt1.training.numerics import in_effect, note_upstream
     from gpt1.training.runtime import default_device
@@ -68,8 +67,7 @@ def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer
     settings = finetune_settings(cfg)
     params = {"task": task, "seed": seed, "n_layer": n_layer, "finetune": cfg.section("finetune"),
               "layers": cfg.section("layers")}
-    with publication(), stage_run("layers", cfg.profile, cfg.root["mlflow"]["experiment"], params,
-                                  name=f"layers {task} seed{seed}") as run:
+    with published_run("layers", cfg, params, name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
         first = None
         for k in range(n_layer + 1):

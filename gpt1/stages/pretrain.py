@@ -23,7 +23,6 @@ from gpt1.pipeline import layout, records
 from gpt1.pipeline.config import pretrain_settings
 from gpt1.pipeline.files import (
     file_record,
-    publication,
     staged_outputs,
     without_timings,
     write_csv,
@@ -231,15 +230,13 @@ def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path
             shutil.rmtree(job.resume_dir, ignore_errors=True)
         else:
             print(f"pretrain: resuming from the checkpoint at step {job.resumed_from} in {job.resume_dir}")
-        from gpt1.pipeline.tracking import stage_run
+        from gpt1.pipeline.tracking import published_run
 
-        experiment = cfg.root["mlflow"]["experiment"]
-        with publication(), stage_run(f"pretrain-{model_kind}", cfg.profile, experiment, _params(job),
-                                      name=f"pretrain {model_kind}") as run:
+        with published_run(f"pretrain-{model_kind}", cfg, _params(job), name=f"pretrain {model_kind}") as run:
             run.set_tags({"gpt1.tokenizer_sha256": job.tokenizer_sha256, "gpt1.resumed_from_step": job.resumed_from})
             _log_inputs(run, job, Path(ids_dir))
             metrics = run_training(job, run)
-            _log_model(run, job, Path(tokenizer_dir), metrics, f"{experiment}-{cfg.profile}-{model_kind}")
+            _log_model(run, job, Path(tokenizer_dir), metrics, f"{cfg.experiment}-{cfg.profile}-{model_kind}")
         clear_up(job)
         return metrics
     finally:

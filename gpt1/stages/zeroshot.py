@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -40,7 +40,6 @@ from gpt1.pipeline.errors import ZeroshotError
 from gpt1.pipeline.files import (
     check_types,
     file_record,
-    publication,
     read_json,
     require_files,
     staged_outputs,
@@ -48,6 +47,9 @@ from gpt1.pipeline.files import (
 )
 from gpt1.training.numerics import in_effect, note_upstream
 from gpt1.training.runtime import default_device
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.tracking import StageRun
 
 CSV_FIELDS = ("model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first")
 
@@ -178,15 +180,49 @@ def _mlflow_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+NOTES = [
+    "No fine-tuning: the pre-trained language model alone, with no special tokens (the LM never saw them).",
+    "CoLA: the threshold is chosen separately for every snapshot on a seeded subset of the train split "
+    "(maximising MCC there), never on the reported split; MCC is reported on {cola_split!r}.",
+    "SST-2: likewise the offset between the two words' log-probabilities (maximising accuracy on train); "
+    "'uncalibrated' is the paper's rule (offset 0), biased when one word has more BPE tokens.",
+    "normalised = (raw - random) / (sota - random) with `references` (the paper's Figure 2 scale).",
+    "se: the bootstrap standard error over the evaluated examples ({resamples} resamples; the noise of "
+    "the examples, for one pre-trained model); p_vs_first: the paired bootstrap p-value of a point "
+    "against the first on the same examples (beyond one standard error is about p < 0.32, two p < 0.05).",
+    "The final model is the last entry (final: true) only when its step differs from the last snapshot's.",
+]
+
+
+def score_points(points: list[Point], tasks: list[TaskData], references: dict[str, Any], tokenizer_sha256: str,
+                 device: torch.device, run: StageRun, kind: str) -> list[dict[str, Any]]:
+    """Every snapshot scored on every task: an entry per point, each task's result against the first point's;
+    each point's metrics logged at its update count."""
+    from tqdm import tqdm
+
+    entries, first = [], None
+    with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
+        for point in points:
+            model = load_point(point, tokenizer_sha256, device)
+            scored = score_point(model, tasks, bar)
+            results = {t.name: task_result(t, references[t.name], scored[t.name],
+                                           None if first is None else first[t.name]) for t in tasks}
+            first = scored if first is None else first
+            entries.append({"index": point.index, "step": point.step, "tokens": point.tokens,
+                            "val_loss": point.val_loss, "final": point.index is None,
+                            "weights": str(point.weights), "tasks": results})
+            run.log_metrics(_mlflow_metrics(results), step=point.step)
+    return entries
+
+
 def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 zeroshot`: the four heuristics on every snapshot of MODEL_DIR (and its final model); writes
     OUT/zeroshot.json and OUT/zeroshot.csv together, logs an MLflow run (x axis: the snapshot's update count)."""
-    from tqdm import tqdm
-
-    from gpt1.pipeline.tracking import stage_run
+    from gpt1.pipeline.tracking import published_run
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     tokenizer = GPT1Tokenizer.load(tokenizer_dir)
+    tokenizer_sha256 = tokenizer.fingerprint()
     meta = check_inputs(model_dir, tokenizer)
     points = list_points(model_dir, meta)
     references = check_references(cfg.root["zeroshot_reference"])
@@ -199,38 +235,15 @@ def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path
     params = {"model_dir": str(model_dir), "model_kind": kind, "zeroshot": cfg.section("zeroshot"),
               "zeroshot_reference": references, "splits": {t.name: t.split for t in tasks}, "points": len(points)}
 
-    with publication(), stage_run("zeroshot", cfg.profile, cfg.root["mlflow"]["experiment"], params,
-                                  name=f"zeroshot {kind}") as run:
-        run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer.fingerprint()})
-        entries, first = [], None
-        with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
-            for point in points:
-                model = load_point(point, tokenizer.fingerprint(), device)
-                scored = score_point(model, tasks, bar)
-                results = {t.name: task_result(t, references[t.name], scored[t.name],
-                                               None if first is None else first[t.name]) for t in tasks}
-                first = scored if first is None else first
-                entries.append({"index": point.index, "step": point.step, "tokens": point.tokens,
-                                "val_loss": point.val_loss, "final": point.index is None,
-                                "weights": str(point.weights), "tasks": results})
-                run.log_metrics(_mlflow_metrics(results), step=point.step)
+    with published_run("zeroshot", cfg, params, name=f"zeroshot {kind}") as run:
+        run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer_sha256})
+        entries = score_points(points, tasks, references, tokenizer_sha256, device, run, kind)
         report = {
             "model_kind": kind, "model_dir": str(model_dir), "profile": cfg.profile, "n_ctx": n_ctx,
-            "tokenizer_sha256": tokenizer.fingerprint(), "zeroshot": cfg.section("zeroshot"),
+            "tokenizer_sha256": tokenizer_sha256, "zeroshot": cfg.section("zeroshot"),
             "references": references, "tasks": {t.name: t.info for t in tasks}, "snapshots": entries,
             "numerics": numerics.to_json(),
-            "notes": [
-                "No fine-tuning: the pre-trained language model alone, with no special tokens (the LM never saw them).",
-                "CoLA: the threshold is chosen separately for every snapshot on a seeded subset of the train split "
-                f"(maximising MCC there), never on the reported split; MCC is reported on {tasks[0].split!r}.",
-                "SST-2: likewise the offset between the two words' log-probabilities (maximising accuracy on train); "
-                "'uncalibrated' is the paper's rule (offset 0), biased when one word has more BPE tokens.",
-                "normalised = (raw - random) / (sota - random) with `references` (the paper's Figure 2 scale).",
-                f"se: the bootstrap standard error over the evaluated examples ({RESAMPLES} resamples; the noise of "
-                "the examples, for one pre-trained model); p_vs_first: the paired bootstrap p-value of a point "
-                "against the first on the same examples (beyond one standard error is about p < 0.32, two p < 0.05).",
-                "The final model is the last entry (final: true) only when its step differs from the last snapshot's.",
-            ],
+            "notes": [note.format(cola_split=tasks[0].split, resamples=RESAMPLES) for note in NOTES],
         }
         with staged_outputs(out_dir / layout.ZEROSHOT_JSON, out_dir / layout.ZEROSHOT_CSV) as (json_tmp, csv_tmp):
             _write_csv(csv_tmp, _csv_rows(kind, entries))

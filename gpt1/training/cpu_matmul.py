@@ -27,11 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from gpt1.pipeline.errors import Gpt1Error
-
-
-class PinnedKernelError(Gpt1Error):
-    """A matrix product the pinned mode has no vendor-independent kernel for."""
+from gpt1.pipeline.errors import PinnedKernelError
 
 
 def _np_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -35,7 +35,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.errors import NumericsError
 
 PINNED_ISA = "avx2"
 # Read by each library when it loads (ATen and MKL at the first kernel, numpy and OpenBLAS at import).
@@ -48,10 +48,6 @@ PINNED_ENV = {
     "OPENBLAS_CORETYPE": "Haswell",  # the kernels of every matrix product (gpt1.training.cpu_matmul)
     "OPENBLAS_NUM_THREADS": "1",  # the products on one thread, whatever cpu.threads gives ATen
 }
-
-
-class NumericsError(Gpt1Error):
-    """The process cannot be pinned (torch loaded first) or a run's numerics record is unreadable."""
 
 
 @dataclass(frozen=True)

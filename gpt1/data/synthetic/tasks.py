@@ -226,7 +226,7 @@ _GENERATORS: dict[tuple[str, str], tuple[Callable[..., Row], int]] = {
 }
 
 
-def _rows(path: str, config: str, split: str, rows: int, rng: random.Random) -> list[Row]:
+def _rows(path: str, config: str, rows: int, rng: random.Random) -> list[Row]:
     if path == "ehovy/race":
         out: list[Row] = []
         while len(out) < rows:
@@ -262,7 +262,7 @@ def synthetic_split(path: str, config: str | None, split: str, rows: int = 64, s
         raise SyntheticDataError(f"synthetic data: rows must be at least 1, got {rows}")
     # A stable per-split seed (crc32, not hash(), which changes between processes).
     rng = random.Random(zlib.crc32(f"{seed}|{path}|{config}|{split}".encode()))
-    records = _rows(path, config, split, rows, rng)
+    records = _rows(path, config, rows, rng)
     if path == "nyu-mll/glue" and split.startswith("test"):
         for record in records:
             record["label"] = -1.0 if config == "stsb" else -1

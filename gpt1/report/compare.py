@@ -25,16 +25,12 @@ import pandas as pd
 
 from gpt1.evaluation.significance import Key, Prediction, column_test
 from gpt1.pipeline import layout, records
-from gpt1.pipeline.errors import Gpt1Error, ReportError
-from gpt1.pipeline.files import read_json
+from gpt1.pipeline.errors import CompareError, ReportError
+from gpt1.pipeline.files import flatten, read_json
 from gpt1.report.inputs import verified_predictions
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
 NOISE = ("content_sha256", "files", "source", "sha256_of_files")  # provenance, not settings
-
-
-class CompareError(Gpt1Error):
-    """A results tree that cannot be compared: missing, empty, or with unreadable records."""
 
 
 @dataclass(frozen=True)
@@ -69,19 +65,9 @@ def find_jobs(tree: Path) -> dict[tuple[str, str], Job]:
     return jobs
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if key not in NOISE:
-                out |= _flat(item, f"{prefix}.{key}" if prefix else str(key))
-        return out
-    return {prefix: value}
-
-
 def job_settings(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The settings a fine-tuning record holds, flattened (recipe.lr, model.config.n_layer, ...)."""
-    return _flat({key: metrics[key] for key in SETTING_BLOCKS if key in metrics})
+    return flatten({key: metrics[key] for key in SETTING_BLOCKS if key in metrics}, NOISE)
 
 
 def settings_table(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], Job],
@@ -113,7 +99,8 @@ def pretrain_record_settings(tree: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     meta = read_json(path)
-    return _flat({f"pretrain.{k}": v for k, v in meta.items() if k in ("config", "kind", "numerics", "recipe")})
+    settings = {f"pretrain.{k}": v for k, v in meta.items() if k in ("config", "kind", "numerics", "recipe")}
+    return flatten(settings, NOISE)
 
 
 def _score(metrics: Mapping[str, Any], report: str) -> tuple[str, float]:
@@ -278,7 +265,7 @@ def render(comparison: Comparison, a: str, b: str) -> dict[str, str]:
                                     *(f"## {t}\n\n{table}" for t, table in zip(titles, markdown, strict=True))]) + "\n",
         "compare.html": html_page("gpt1 compare", ["<h1>gpt1 compare</h1>", "<p>" + "<br>".join(map(escape, head)) +
                                   "</p>", *(f"<h2>{t}</h2>\n{table}" for t, table in zip(titles, html, strict=True))]),
-        "compare.tex": "\n".join(["% Rendered by gpt1 compare (gpt1/evaluation/compare.py); needs "
+        "compare.tex": "\n".join(["% Rendered by gpt1 compare (gpt1/report/compare.py); needs "
                                    "\\usepackage{booktabs}.",
                                    " \\\\\n".join(map(tex, head)) + r"\par", *(rf"\paragraph{{{tex(t)}}}" + "\n" + table
                                    for t, table in zip(titles, latex, strict=True))]) + "\n",
