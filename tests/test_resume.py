@@ -79,6 +79,7 @@ def test_fingerprint_ignores_the_free_keys_and_names_the_first_difference() -> N
     assert fingerprint(settings()) != fingerprint(settings(lr=2e-3))
     assert first_difference(settings(), settings(lr=2e-3)) == ("pretrain.lr", 1e-3, 2e-3)
     assert first_difference(settings(), settings()) is None
+    assert first_difference(None, settings()) == ("", None, "<absent>")  # a pointer whose settings are no object
 
 
 def test_rng_states_round_trip_through_torch_save(tmp_path: Path) -> None:

@@ -151,10 +151,10 @@ def flatten(mapping: Mapping[str, Any], skip: Collection[str] = (), prefix: str 
     return flat
 
 
-def first_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first (sorted) dotted key where two JSON objects differ, with the old and the new value; None if equal.
-    Errors name one setting instead of printing two whole objects."""
-    a, b = flatten(old), flatten(new)
+def first_difference(old: Any, new: Any) -> tuple[str, Any, Any] | None:
+    """The first (sorted) dotted key where two JSON values differ, with the old and the new value; None if equal.
+    Errors name one setting instead of printing two whole objects (a value that is no object is the key '')."""
+    a, b = ((flatten(value) if isinstance(value, Mapping) else {"": value}) for value in (old, new))
     for key in sorted(a.keys() | b.keys()):
         if a.get(key, "<absent>") != b.get(key, "<absent>"):
             return key, a.get(key, "<absent>"), b.get(key, "<absent>")

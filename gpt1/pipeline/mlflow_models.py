@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow.pyfunc
 import pandas as pd
 import torch
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.tracking import StageRun
 
 TEXT_COLUMN = "text"
 LM_OUTPUTS = ("tokens", "mean_log_prob", "perplexity")
@@ -79,7 +82,7 @@ def _copy_files(names: tuple[str, ...], source: Path, folder: Path) -> Path:
     return folder
 
 
-def log_language_model(run: Any, kind: str, model: torch.nn.Module, out_dir: Path, tokenizer_dir: Path,
+def log_language_model(run: StageRun, kind: str, model: torch.nn.Module, out_dir: Path, tokenizer_dir: Path,
                        step: int) -> str:
     """Log a pre-trained model as a LanguageModel: a GPT as its Hugging Face export, an LSTM as our weights and
     model.json; the tokenizer folder beside it. Returns the model URI."""

@@ -1,12 +1,12 @@
 """The MLflow store: where it is, checked in seconds before a stage's work, and its failures as one TrackingError.
 
-A stage's run is logged at its end, too late to stop: so before a stage starts, `check_store` fails in seconds,
-naming the store, where the stage could not log (a server that does not answer, a database nothing listens for, a
-sqlite file that is not a database, truncated, read-only, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT), and
-`check_artifact_folder` where its artifacts could not be written. Whatever the store raises later becomes one
-`store_error` line: what it said and what to do (`translated`). sqlite allows one writer at a time, and Snakemake runs
-jobs in parallel: writes `retry` while the database is locked, and the store and experiments are created under
-`creation_lock`. gpt1.pipeline.tracking opens the runs.
+A stage's outputs and metrics are logged at its end, too late to stop: so before its work `check_store` fails in
+seconds, naming the store, where the stage could not log (a server that does not answer, a database nothing listens
+for, a sqlite file that is not a database, truncated, read-only, or locked for longer than GPT1_MLFLOW_LOCK_TIMEOUT),
+and once its run is open `check_artifact_folder` fails where its artifacts could not be written. Whatever the store
+raises later becomes one `store_error` line: what it said and what to do (`translated`). sqlite allows one writer at
+a time, and Snakemake runs jobs in parallel: writes `retry` while the database is locked, and the store and
+experiments are created under `creation_lock`. gpt1.pipeline.tracking opens the runs.
 """
 
 from __future__ import annotations

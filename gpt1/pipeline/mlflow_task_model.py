@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow.pyfunc
 import pandas as pd
 import torch
 
 from gpt1.pipeline import layout
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.tracking import StageRun
 
 TASK_META = "task_model.json"
 
@@ -114,7 +117,7 @@ def task_signature(spec: Any) -> Any:
     return ModelSignature(Schema(columns), outputs)
 
 
-def log_task_model(run: Any, model: Any, spec: Any, variant: str, clf_dropout: float, tokenizer_dir: Path,
+def log_task_model(run: StageRun, model: Any, spec: Any, variant: str, clf_dropout: float, tokenizer_dir: Path,
                    step: int) -> str:
     """Log a fine-tuned model (all its weights: the backbone changed too) as a TaskModel. Returns the model URI."""
     import tempfile

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1.pipeline import layout
 from gpt1.pipeline.files import staged_outputs, write_json
@@ -30,6 +30,9 @@ from gpt1.report.renderers import RENDERERS
 from gpt1.report.samples import RENDERERS as SAMPLE_RENDERERS
 from gpt1.report.samples import Samples, draw_samples, no_samples
 from gpt1.report.tables import Table, build_tables, finetune_pairs, load_paper
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
 # ---------------------------------------------------------------------------------------------------- summary
 
@@ -172,7 +175,7 @@ def write_report(report: ReportContents, out_dir: Path) -> list[Path]:
     return finals
 
 
-def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> ReportContents:
+def render_report(cfg: Config, results_dir: str | Path, out_dir: str | Path) -> ReportContents:
     """The stage without MLflow: read RESULTS for cfg's lists, write OUT/tables and OUT/figures."""
     report = build_report(Plan.from_params(cfg.root), Path(results_dir), samples=cfg.section("samples"))
     write_report(report, Path(out_dir))
@@ -182,7 +185,7 @@ def render_report(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> Rep
 # ---------------------------------------------------------------------------------------------------- MLflow
 
 
-def report_params(cfg: Any, results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
+def report_params(cfg: Config, results_dir: Path, out_dir: Path, plan: Plan) -> dict[str, Any]:
     """The report run's parameters: every setting of the profile (as the stages log their sections: `finetune.lr`,
     ...), so that comparing two pipelines' report runs in `mlflow ui` shows the settings that changed, then what the
     report read."""
@@ -214,7 +217,7 @@ def report_run_name() -> str:
     return f"report {pipeline}" if pipeline else "report"
 
 
-def report_stage(cfg: Any, results_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
+def report_stage(cfg: Config, results_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV, HTML), summary.json, the page of samples and the figures under
     OUT, written together; one MLflow run holding them as artifacts, made the parent of this pipeline invocation's
     runs."""

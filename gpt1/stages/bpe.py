@@ -4,12 +4,16 @@ tokenizer folder; one MLflow run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpt1.data.tokenizer import GPT1Tokenizer, train_on_corpus
 from gpt1.pipeline import layout
 
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
-def bpe_stage(cfg, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
+
+def bpe_stage(cfg: Config, corpus_dir: Path, out: Path, workers: int) -> GPT1Tokenizer:
     """`gpt1 bpe`: learn the BPE on CORPUS/train.jsonl; write OUT/tokenizer.json and OUT/gpt1_tokenizer.json."""
     import time
 

@@ -6,7 +6,7 @@ import contextlib
 import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -23,6 +23,9 @@ from gpt1.pipeline.files import (
     write_json,
     write_jsonl_line,
 )
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
 
 def capped(documents: Iterable[dict[str, str]], max_documents: int | None, max_bytes: int | None):
@@ -123,7 +126,7 @@ def _split(kept: Path, held_out: set[int], outputs: dict[str, Path], manifest: P
     return info
 
 
-def fetch_stage(cfg, out: Path) -> dict[str, Any]:
+def fetch_stage(cfg: Config, out: Path) -> dict[str, Any]:
     """`gpt1 fetch`: stream the profile's corpus into OUT/raw.jsonl and OUT/raw.manifest.json."""
     from gpt1.pipeline.tracking import published_run
 
@@ -137,7 +140,7 @@ def fetch_stage(cfg, out: Path) -> dict[str, Any]:
     return info
 
 
-def clean_stage(cfg, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
+def clean_stage(cfg: Config, raw_dir: Path, out: Path, workers: int) -> dict[str, Any]:
     """`gpt1 clean`: RAW/raw.jsonl -> OUT/{train,validation}.jsonl and OUT/manifest.json."""
     from gpt1.pipeline.files import check_types, read_json, require_files, verify_file
     from gpt1.pipeline.tracking import published_run

@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpt1.data.ids import encode_split
 from gpt1.data.tokenizer import GPT1Tokenizer
 from gpt1.pipeline import layout
 from gpt1.pipeline.files import read_json, verify_file
 
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
-def encode_stage(cfg, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers: int) -> dict[str, dict]:
+
+def encode_stage(cfg: Config, tokenizer_dir: Path, corpus_dir: Path, out: Path, workers: int) -> dict[str, dict]:
     """`gpt1 encode`: CORPUS/{train,validation}.jsonl -> OUT/{split}.bin + OUT/{split}.json."""
     import time
 

@@ -7,7 +7,7 @@ Before this stage each of those ~50 jobs read its parquet files and ran spaCy ov
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1.data.rows import data_settings, data_source
 from gpt1.data.taskdata import ENCODE_STAGE, part_sha256, part_source, plan_task_data, write_encoded
@@ -15,8 +15,11 @@ from gpt1.data.tasks import finetune_task
 from gpt1.data.tokenizer import GPT1Tokenizer
 from gpt1.pipeline import layout
 
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
-def encode_task_stage(cfg: Any, task: str, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+
+def encode_task_stage(cfg: Config, task: str, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 encode-task`: OUT/examples.jsonl and OUT/encoded.json for one task, with the finetune section's
     train cut and caps, the pipeline's tokenizer and the model's n_ctx; one MLflow run."""
     from gpt1.pipeline.tracking import published_run

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1.modeling.hf import save_hf_dir
 from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error, UsageError
 from gpt1.pipeline.files import temp_path, write_json
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
 EXPORT_FORMATS = ("hf",)
 
@@ -35,7 +38,7 @@ def _publish(staging: Path, out_dir: Path) -> None:
         os.replace(path, out_dir / path.name)
 
 
-def export_stage(cfg: Any, model_dir: str | Path, out_dir: str | Path, fmt: str = "hf") -> Path:
+def export_stage(cfg: Config, model_dir: str | Path, out_dir: str | Path, fmt: str = "hf") -> Path:
     """`gpt1 export`: a pretrain folder (model.safetensors + model.json) -> OUT/ that
     `OpenAIGPTLMHeadModel.from_pretrained(OUT)` loads, plus gpt1_export.json (where it came from)."""
     from gpt1.modeling.checkpoints import load_pretrained

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1.data.taskdata import part_sha256, part_source
 from gpt1.pipeline import layout, records
@@ -20,10 +20,13 @@ from gpt1.pipeline.files import (
     write_csv,
     write_jsonl_line,
 )
+from gpt1.training.finetune_loop import CURVE_FIELDS
 from gpt1.training.finetuning import FinetuneJob, FinetuneResult, finetune_job, prepare_job
 from gpt1.training.numerics import Numerics, in_effect, note_upstream
 
-CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
+    from gpt1.pipeline.tracking import StageRun
 
 # ----------------------------------------------------------------------------------------------------------------
 # The stage
@@ -46,7 +49,7 @@ def write_outputs(out_dir: Path, result: FinetuneResult, numerics: Numerics) -> 
                       {**without_timings(result.metrics), "numerics": numerics.to_json(), "files": files})
 
 
-def _mlflow_curves(run: Any) -> Callable[[list[dict[str, float]]], None]:
+def _mlflow_curves(run: StageRun) -> Callable[[list[dict[str, float]]], None]:
     """Per-update losses to MLflow, one batched write per epoch."""
 
     def log(rows: list[dict[str, float]]) -> None:
@@ -66,14 +69,14 @@ def _final_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def _params(job: FinetuneJob, cfg: Any) -> dict[str, Any]:
+def _params(job: FinetuneJob, cfg: Config) -> dict[str, Any]:
     return {"task": job.spec.name, "variant": job.variant.name, "seed": job.seed,
             "transfer_layers": job.transfer_layers, "finetune": cfg.section("finetune"),
             "recipe": dataclasses.asdict(job.recipe), "model": dataclasses.asdict(job.model.lm.config),
             "pretrained": job.meta.get("source"), "tokenizer": job.tokenizer_source}
 
 
-def finetune_stage(cfg: Any, task: str, variant: str, seed: int, pretrained_dir: str | Path,
+def finetune_stage(cfg: Config, task: str, variant: str, seed: int, pretrained_dir: str | Path,
                    tokenizer_dir: str | Path | None, out_dir: str | Path, *,
                    transfer_layers: int | None = None, examples_dir: str | Path | None = None) -> dict[str, Any]:
     """`gpt1 finetune`: fine-tune one task (variant, seed) and evaluate it; write OUT/metrics.json,
@@ -116,7 +119,7 @@ def run_name(job: FinetuneJob) -> str:
     return f"finetune {job.spec.name} {job.variant.name} seed{job.seed}{layers}"
 
 
-def _log_inputs(run: Any, job: FinetuneJob) -> None:
+def _log_inputs(run: StageRun, job: FinetuneJob) -> None:
     """The task data trained and evaluated on, as run inputs: source (hub id, mirror or project-made) and hash."""
     parts = [("train", job.train), *(("selection", p) for p in [job.selection] if p is not None),
              *(("eval", p) for p in job.evals)]
@@ -124,7 +127,7 @@ def _log_inputs(run: Any, job: FinetuneJob) -> None:
         run.log_dataset(f"{job.spec.name}/{part.name}", part_source(job.spec, part), part_sha256(part), context)
 
 
-def _log_model(run: Any, job: FinetuneJob, cfg: Any, updates: int) -> None:
+def _log_model(run: StageRun, job: FinetuneJob, cfg: Config, updates: int) -> None:
     from gpt1.pipeline.mlflow_task_model import log_task_model
 
     tokenizer_dir = Path(job.tokenizer_source)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1.evaluation.significance import Key, Prediction, column_test, predictions_by_key, report_se
 from gpt1.pipeline import layout, records
@@ -23,6 +23,9 @@ from gpt1.pipeline.files import (
     without_timings,
     write_csv,
 )
+
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
 
 FIELDS = ["layers", "train_accuracy", "dev_accuracy", "dev_se", "p_vs_first", "train_examples", "dev_examples",
           "dev_split"]
@@ -44,7 +47,7 @@ def curve_point(k: int, metrics: dict[str, Any], predictions: Mapping[Key, Predi
             "dev_split": report["evaluated_on"]}
 
 
-def layers_stage(cfg: Any, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path,
+def layers_stage(cfg: Config, task: str, seed: int, pretrained_dir: Path, tokenizer_dir: Path, out_dir: Path,
                  examples_dir: Path | None = None):
     """`gpt1 layers`: OUT/layers.json (every k's full metrics) and OUT/layers.csv (the curve). The task's data: its
     encoded examples in `examples_dir` (the encode_task stage), else loaded here."""

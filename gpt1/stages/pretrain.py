@@ -15,7 +15,7 @@ import shutil
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1.modeling.checkpoints import save_weights, snapshot_name
 from gpt1.modeling.model import flops_per_token
@@ -31,6 +31,10 @@ from gpt1.pipeline.files import (
 from gpt1.training.pretraining import PretrainJob, build_job, train
 from gpt1.training.runtime import Runtime, init_runtime, shutdown_runtime
 
+if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
+    from gpt1.pipeline.tracking import StageRun
+
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
 
 
@@ -44,7 +48,7 @@ class MetricSink:
     One write costs ~20 ms, longer than a small update; the thread therefore sends everything queued since its last
     write as one batch (many steps, one transaction). Failures warn once and never stop training."""
 
-    def __init__(self, run: Any | None) -> None:
+    def __init__(self, run: StageRun | None) -> None:
         self.run = run
         self.queue: queue.Queue = queue.Queue()
         self.warned = False
@@ -121,13 +125,13 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 # The stage
 
 
-def prepare(cfg: Any, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> PretrainJob:
+def prepare(cfg: Config, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path, rt: Runtime) -> PretrainJob:
     """The profile's run for model `kind`: every input checked and the job built (or restored) before training."""
     return build_job(kind, cfg.section("model"), pretrain_settings(cfg, kind), Path(ids_dir), Path(tokenizer_dir),
                      Path(out_dir), rt)
 
 
-def run_training(job: PretrainJob, run: Any | None = None) -> dict[str, Any]:
+def run_training(job: PretrainJob, run: StageRun | None = None) -> dict[str, Any]:
     """Train (per-update metrics to MLflow `run` from a background thread); on the main process write the outputs
     and return the final metrics."""
     sink = MetricSink(run)
@@ -140,7 +144,7 @@ def run_training(job: PretrainJob, run: Any | None = None) -> dict[str, Any]:
     return finish(job, run)
 
 
-def finish(job: PretrainJob, run: Any | None) -> dict[str, Any]:
+def finish(job: PretrainJob, run: StageRun | None) -> dict[str, Any]:
     """Write every declared output (temp names, renamed together at the end of the stage's publication) and log
     the final metrics and files to MLflow `run`; `clear_up` runs once they are in place."""
     plan, progress = job.plan, job.progress
@@ -194,7 +198,7 @@ def _params(job: PretrainJob) -> dict[str, Any]:
             "numerics": job.numerics.describe()}
 
 
-def _log_inputs(run: Any, job: PretrainJob, ids_dir: Path) -> None:
+def _log_inputs(run: StageRun, job: PretrainJob, ids_dir: Path) -> None:
     """The token ids trained and validated on, as run inputs with their sha256."""
     for context, ids in (("train", job.train_ids), ("validation", job.val_ids)):
         name = f"{context}.bin"
@@ -205,7 +209,8 @@ def _log_inputs(run: Any, job: PretrainJob, ids_dir: Path) -> None:
 REGISTRY_METRICS = ("val_loss", "val_perplexity", "train_loss", "steps", "tokens", "parameters")
 
 
-def _log_model(run: Any, job: PretrainJob, tokenizer_dir: Path, metrics: dict[str, Any], registered_name: str) -> None:
+def _log_model(run: StageRun, job: PretrainJob, tokenizer_dir: Path, metrics: dict[str, Any],
+               registered_name: str) -> None:
     """The finished model as an MLflow model (with its tokenizer); the GPT also as a new version of
     `registered_name` in the model registry, tagged with its metrics."""
     from gpt1.pipeline.mlflow_models import log_language_model
@@ -218,7 +223,7 @@ def _log_model(run: Any, job: PretrainJob, tokenizer_dir: Path, metrics: dict[st
             print(f"pretrain: registered {registered_name} version {version} ({model_uri})")
 
 
-def pretrain_stage(cfg: Any, model_kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+def pretrain_stage(cfg: Config, model_kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 pretrain`: train (or resume) a language model on IDS/train.bin; write the declared outputs in OUT/.
     Under torchrun every process runs this; only rank 0 writes files and logs."""
     rt = init_runtime()

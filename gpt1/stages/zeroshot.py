@@ -49,6 +49,7 @@ from gpt1.training.numerics import in_effect, note_upstream
 from gpt1.training.runtime import default_device
 
 if TYPE_CHECKING:
+    from gpt1.pipeline.config import Config
     from gpt1.pipeline.tracking import StageRun
 
 CSV_FIELDS = ("model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first")
@@ -71,14 +72,14 @@ def _split_of(name: str, present: list[str] | None) -> str:
     return evaluation_split(spec, report, present)
 
 
-def _load(cfg: Any, name: str, split: str) -> LoadedSplit:
+def _load(cfg: Config, name: str, split: str) -> LoadedSplit:
     settings = cfg.section("zeroshot")
     synthetic = cfg.synthetic
     return load_examples(name, split, None if synthetic else cfg.data_mirror, max_examples=settings["max_examples"],
                          synthetic=synthetic, seed=settings["seed"])
 
 
-def _present(cfg: Any, name: str) -> list[str] | None:
+def _present(cfg: Config, name: str) -> list[str] | None:
     """Splits that exist where the data comes from (None: the hub or synthetic data, which have them all)."""
     mirror = cfg.data_mirror
     if cfg.synthetic or mirror is None:
@@ -86,7 +87,7 @@ def _present(cfg: Any, name: str) -> list[str] | None:
     return mirror_splits(get_task(name), mirror)
 
 
-def prepare_task(cfg: Any, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -> TaskData:
+def prepare_task(cfg: Config, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -> TaskData:
     split = _split_of(name, _present(cfg, name))
     loaded = _load(cfg, name, split)
     info: dict[str, Any] = {"split": split, "examples": len(loaded.examples), "data": loaded.describe(),
@@ -215,7 +216,7 @@ def score_points(points: list[Point], tasks: list[TaskData], references: dict[st
     return entries
 
 
-def zeroshot_stage(cfg: Any, model_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+def zeroshot_stage(cfg: Config, model_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """`gpt1 zeroshot`: the four heuristics on every snapshot of MODEL_DIR (and its final model); writes
     OUT/zeroshot.json and OUT/zeroshot.csv together, logs an MLflow run (x axis: the snapshot's update count)."""
     from gpt1.pipeline.tracking import published_run

@@ -42,6 +42,7 @@ from gpt1.training.runtime import adamw, autocast, resolve_compile, resolve_prec
 
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")  # an update's row: curves.csv's columns
 
 # ----------------------------------------------------------------------------------------------------------------
 # Schedule, training, prediction
@@ -159,9 +160,8 @@ def uses_graphs(setting: bool | str, device: torch.device) -> bool:
 
 
 def _curve_row(step: int, epoch: int, lr: float, loss: float, clf: float, lm: float) -> dict[str, float]:
-    """One update's row of the curves (curves.csv's columns, in their order): update `step` and `epoch`, both counted
-    from 1, its lr, and its L3, L2 and L1."""
-    return {"step": step, "epoch": epoch, "lr": lr, "loss": loss, "clf_loss": clf, "lm_loss": lm}
+    """One update's row of the curves: update `step` and `epoch`, both counted from 1, its lr, and its L3, L2, L1."""
+    return dict(zip(CURVE_FIELDS, (step, epoch, lr, loss, clf, lm), strict=True))
 
 
 def _check_finite(step: int, loss: float) -> None:
