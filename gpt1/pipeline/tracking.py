@@ -381,5 +381,5 @@ def nest_pipeline_runs(parent_run_id: str, pipeline_run: str | None = None) -> l
         if not token:
             break
     for child in children:
-        StageRun(child).set_tags({PARENT_TAG: parent_run_id})
+        retry(lambda child=child: parent.client.set_tag(child, PARENT_TAG, parent_run_id))
     return children
