@@ -116,9 +116,9 @@ def test_layout_names_each_file_once():
 
 def test_the_report_writes_what_layout_names(tmp_path):
     from gpt1.pipeline import layout
-    from gpt1.report import declared_outputs
     from gpt1.report.figures import FIGURES
     from gpt1.report.renderers import TABLE_FORMATS
+    from gpt1.report.stage import declared_outputs
 
     assert (layout.REPORT_TABLES, FIGURES) == (layout.REPORT_TABLES, layout.REPORT_FIGURES)
     assert (TABLE_FORMATS, layout.FIGURE_FORMATS) == (layout.TABLE_FORMATS, layout.FIGURE_FORMATS)

@@ -9,8 +9,7 @@ gpt1.pipeline.codedeps) keeps them: no cycle;
   no stage and no CLI, and know no params.yaml: only the CLI calls `config.load_config`, the one reader of that file
   (a library takes plain values or a section of the selected profile);
 - every module lies in one of those folders (gpt1/__init__.py and gpt1/__main__.py aside);
-- every `__init__.py` below gpt1/ is empty but the report's (its names, loaded on first use): every stage's code
-  inputs include those of the folders it imports from.
+- every `__init__.py` below gpt1/ is empty: every stage's code inputs include those of the folders it imports from.
 
 Beside the package, bench/ (speed and memory) and experiments/ (the studies) are packages run as `python -m
 bench.<module>` and `python -m experiments.<study>`: none of their modules imports a stage module or the CLI (they use
@@ -38,7 +37,6 @@ ENTRY_POINTS = {"gpt1.__main__", CLI}  # they dispatch to stages
 PARAMS_READERS = ("load_config", "read_params")  # gpt1.pipeline.config's readers of params.yaml: the CLI's alone
 FOLDERS = ("cli", "stages", "data", "modeling", "training", "evaluation", "pipeline", "report")  # every module's
 TOP_MODULES = ("__init__", "__main__")  # the package itself and its `python -m gpt1`
-FULL_INIT = "report/__init__.py"  # the report's names, each loaded from its module on first use (PEP 562)
 
 
 def within(module: str, folders: str | tuple[str, ...] | set[str]) -> bool:
@@ -127,16 +125,39 @@ def unfiled_modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
 
 
 def full_inits(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """Every `__init__.py` below the package's own that holds anything, the report's aside."""
+    """Every `__init__.py` below the package's own that holds anything."""
     return sorted(path.relative_to(package_dir).as_posix() for path in package_dir.rglob("*/__init__.py")
-                  if path.relative_to(package_dir).as_posix() != FULL_INIT and path.read_bytes())
+                  if path.read_bytes())
+
+
+def report_modules_in_design_order() -> list[str]:
+    """The report's modules as DESIGN.md's tree lists them under `report/`."""
+    lines = (REPO / "DESIGN.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("      report/ "))
+    listed = []
+    for line in lines[start + 1:]:
+        if not line.startswith("        "):
+            break
+        if (name := line.split()[0]).endswith(".py"):
+            listed.append(name.removesuffix(".py"))
+    return listed
+
+
+def test_each_report_module_imports_only_those_above_it_in_design_md():
+    order = report_modules_in_design_order()
+    on_disk = sorted(p.stem for p in (PACKAGE_DIR / "report").glob("*.py") if p.stem != "__init__")
+    assert sorted(order) == on_disk, "DESIGN.md's report/ lists other modules than gpt1/report/ holds"
+    graph = import_graph()
+    for position, module in enumerate(order):
+        imported = {t.rsplit(".", 1)[1] for t in graph[f"gpt1.report.{module}"] if t.startswith("gpt1.report.")}
+        assert imported <= set(order[:position]), f"report.{module} imports {sorted(imported - set(order[:position]))}"
 
 
 def test_every_module_lies_in_a_layer_folder():
     assert not unfiled_modules(), f"modules outside gpt1/{{{','.join(FOLDERS)}}}/: {unfiled_modules()}"
 
 
-def test_every_folders_init_is_empty_but_the_reports():
+def test_every_folders_init_is_empty():
     """Every stage's code inputs include the `__init__.py` of each folder it imports from: an empty one changes
     nothing, so a stage reruns only when its modules change."""
     assert not full_inits(), f"not empty (say it in the modules or DESIGN.md instead): {full_inits()}"

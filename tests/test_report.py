@@ -22,22 +22,14 @@ from gpt1.data.tasks import get_task
 from gpt1.evaluation.metrics import glue_average
 from gpt1.pipeline import layout
 from gpt1.pipeline.config import Config, load_config
-from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.errors import Gpt1Error, ReportError
 from gpt1.pipeline.files import file_record, read_sealed_json, write_sealed_json
 from gpt1.pipeline.plan import Plan
-from gpt1.report import (
-    CURATED_METRICS,
-    FIGURES,
-    ReportError,
-    build_report,
-    curated_metrics,
-    declared_outputs,
-    load_paper,
-    paper_average,
-    read_finetune_metrics,
-    render_report,
-    round_half_up,
-)
+from gpt1.report.figures import FIGURES
+from gpt1.report.inputs import read_finetune_metrics
+from gpt1.report.numbers import paper_average, round_half_up
+from gpt1.report.stage import CURATED_METRICS, build_report, curated_metrics, declared_outputs, render_report
+from gpt1.report.tables import load_paper
 from gpt1.stages.layers import FIELDS as LAYER_FIELDS
 
 PAPER = load_paper()
@@ -645,7 +637,7 @@ def read_rows(results: Path, seed: int) -> list[dict[str, Any]]:
 
 
 def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, monkeypatch) -> None:
-    import gpt1.report as report
+    from gpt1.report.figures import FIGURE_BUILDERS
 
     results, out = tmp_path / "results", tmp_path / "out"
     render_report(config(), results, out)
@@ -655,7 +647,7 @@ def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, m
     def broken(analyses: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setitem(report.FIGURE_BUILDERS, "pretraining", broken)
+    monkeypatch.setitem(FIGURE_BUILDERS, "pretraining", broken)
     with pytest.raises(RuntimeError):
         render_report(config(), results, out)
     assert {p: p.read_bytes() for p in declared_outputs(out)} == before
@@ -712,7 +704,7 @@ def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monk
     from mlflow.tracking import MlflowClient
 
     from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, stage_run
-    from gpt1.report import report_stage
+    from gpt1.report.stage import report_stage
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

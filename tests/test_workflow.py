@@ -103,7 +103,7 @@ def widest(text: str) -> int:
 
 def test_dvc_metrics_are_the_curated_few(smoke_run):
     """One small metrics file, a few keys per stage, readable in a terminal."""
-    from gpt1.report import CURATED_METRICS
+    from gpt1.report.stage import CURATED_METRICS
 
     root, env, _ = smoke_run
     metrics = json.loads(run([*dvc(root), "metrics", "show", "--json"], root, env))

@@ -1,5 +1,20 @@
 """`gpt1 report`: read every input, build the tables, the summary, the page of samples and the figures, write them
-all together, and make the report's MLflow run the parent of this pipeline invocation's runs."""
+all together, and make the report's MLflow run the parent of this pipeline invocation's runs.
+
+Inputs (all under RESULTS = results/<profile>, only for the lists of params.yaml):
+  finetune/<task>/<variant>/<seed>/metrics.json    gpt1.stages.finetune   Tables 2-5
+  finetune/<task>/<variant>/<seed>/predictions.jsonl                Table 5's paired tests
+                                                                    (gpt1.evaluation.significance)
+  analyses/layers/<task>/<seed>/layers.csv          gpt1.stages.layers     Figure 2 (left)
+  analyses/zeroshot/<model>/zeroshot.csv            gpt1.stages.zeroshot   Figure 2 (right)
+  pretrain/<model>/curves.csv                       gpt1.stages.pretrain   pre-training curves
+  pretrain/gpt/snapshots/, tokenizer/               gpt1.stages.pretrain, gpt1.stages.bpe   the page of samples
+Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv,html}, OUT/tables/summary.json (every
+number of the tables and figures), OUT/tables/samples.{md,html} (what the GPT writes at a few of its pre-training
+snapshots: params.yaml's `samples` section, drawn by gpt1.evaluation.sampling), OUT/metrics.json (a curated few per
+stage, for `dvc metrics` and `dvc exp show`) and OUT/figures/{figure2_left,figure2_right,pretraining}.{png,svg}, all
+renamed into place together at the end. The paper's numbers come from gpt1/report/paper.yaml only.
+"""
 
 from __future__ import annotations
 
