@@ -120,3 +120,17 @@ def test_config_prints_null_for_no_mirror(capsys, monkeypatch):
     monkeypatch.delenv("GPT1_DATA_MIRROR", raising=False)
     assert main(["config", "--params", str(REPO / "params.yaml"), "--profile", "smoke"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["data_mirror"] is None
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    """`gpt1 config | head -1`: the reader gone is no error of gpt1's (it was 'Broken pipe; check the path')."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpt1", "config", "--profile", "smoke"], cwd=REPO, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

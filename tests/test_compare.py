@@ -166,3 +166,20 @@ def test_the_tables_render_through_pandas_with_a_changed_verdict_in_bold() -> No
     assert "(no setting differs in the records)" in no_setting["compare.md"]
     assert "perplexity" not in no_setting["compare.md"]
     assert "<table id=\"T_settings\">" not in no_setting["compare.html"]
+
+
+def test_a_revision_is_read_through_the_dvc_of_this_python_and_its_error_named(tmp_path: Path, monkeypatch) -> None:
+    """`.venv/bin/python -m gpt1 compare rev:...` with nothing activated: no `dvc` on PATH (once, 'dvc: No such file
+    or directory; check the path'); DVC's own ERROR line is what the message quotes, not its support banner."""
+    import shutil
+
+    from gpt1.cli.commands import materialize
+    from gpt1.pipeline.errors import Gpt1Error
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "git").symlink_to(shutil.which("git"))  # git alone on PATH: as a shell with nothing activated
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.chdir(tmp_path)  # no git, no DVC repository here
+    with pytest.raises(Gpt1Error, match=r"^rev:nope: cannot read results/default of that revision from DVC \(ERROR: "):
+        materialize("rev:nope", "results/default", tmp_path)
+    assert materialize("results/a", "results/default", tmp_path) == Path("results/a")

@@ -191,6 +191,40 @@ def test_a_changed_mirror_reruns_zeroshot_in_both_engines(tmp_path, monkeypatch)
     assert status == {"zeroshot@gpt": [{"changed deps": {"params.yaml": {"data_mirror": "modified"}}}]}
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(("profile", "env", "said"), [
+    ("smoke", {"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port}"},
+     "MLflow server http://127.0.0.1:{port} is unreachable"),
+    ("default", {"GPT1_DATA_MIRROR": "{root}/no-mirror"}, "data mirror {root}/no-mirror does not exist; fix "
+                                                          "GPT1_DATA_MIRROR"),
+])  # fmt: skip
+def test_what_every_job_needs_is_checked_before_snakemake_removes_an_output(tmp_path, profile, env, said):
+    """Snakemake removes a job's outputs before running it: a store that is down or a missing mirror stops the
+    workflow in its onstart check, so the previous fetch outputs stay as they were."""
+    root = workspace(tmp_path, profile)
+    corpus = root / layout.profile_dir(profile) / layout.CORPUS
+    corpus.mkdir(parents=True)
+    finished = {corpus / layout.RAW: b'{"id": "finished"}\n', corpus / layout.RAW_MANIFEST: b"{}\n"}
+    for path, data in finished.items():
+        path.write_bytes(data)
+    fill = {"port": free_port(), "root": root}
+    environ = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db"}
+    environ |= {key: value.format(**fill) for key, value in env.items()}
+    command = [sys.executable, "-m", "snakemake", "--cores", "1", "--forcerun", "fetch", "--until", "fetch"]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=environ, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert said.format(**fill) in done.stderr
+    assert "rule fetch:" not in done.stderr + done.stdout  # no job started
+    assert {path: path.read_bytes() for path in finished} == finished
+
+
 def job_counts(dry_run_output: str) -> dict[str, int]:
     """Snakemake's "Job stats" table (rule, count) from a dry run's output."""
     table = dry_run_output[dry_run_output.index("Job stats:"):].splitlines()[3:]

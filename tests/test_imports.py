@@ -9,7 +9,7 @@ gpt1.pipeline.codedeps) keeps them: no cycle;
   no stage and no CLI, and know no params.yaml: only the CLI calls `config.load_config`, the one reader of that file
   (a library takes plain values or a section of the selected profile);
 - every module lies in one of those folders (gpt1/__init__.py and gpt1/__main__.py aside);
-- every `__init__.py` below gpt1/ is empty: every stage's code inputs include those of the folders it imports from.
+- every `__init__.py` below gpt1/ is empty: it runs nothing, so it is no stage's code input (gpt1.pipeline.codedeps).
 
 Beside the package, bench/ (speed and memory) and experiments/ (the studies) are packages run as `python -m
 bench.<module>` and `python -m experiments.<study>`: none of their modules imports a stage module or the CLI (they use
@@ -158,8 +158,8 @@ def test_every_module_lies_in_a_layer_folder():
 
 
 def test_every_folders_init_is_empty():
-    """Every stage's code inputs include the `__init__.py` of each folder it imports from: an empty one changes
-    nothing, so a stage reruns only when its modules change."""
+    """An empty `__init__.py` runs nothing: gpt1.pipeline.codedeps leaves it out of the stages' code inputs (DVC
+    warns of every empty dep), and a folder's code lives in its modules, one concern each."""
     assert not full_inits(), f"not empty (say it in the modules or DESIGN.md instead): {full_inits()}"
 
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gpt1.pipeline import mlflow_store
+from gpt1.pipeline.errors import TrackingError
 from gpt1.pipeline.mlflow_store import check_artifact_folder, check_store, shown, store_error
 
 
@@ -95,3 +96,32 @@ def test_the_artifact_folder_is_the_one_mlflow_writes(tmp_path):
     for remote in ("mlflow-artifacts:/1/abc/artifacts", "s3://bucket/1/abc/artifacts", "file://otherhost/x"):
         check_artifact_folder(remote)  # the server's to check: nothing made here
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "h#1"]
+
+
+def test_a_sqlite_store_in_a_missing_folder_is_refused_not_made(tmp_path):
+    """A mistyped path would have MLflow make its folders wherever it points (once, /nonexistent/dir)."""
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(TrackingError, match=rf"^{missing}: no such folder for the MLflow store m\.db; create it, or "
+                                            r"fix MLFLOW_TRACKING_URI$"):
+        check_store(f"sqlite:///{missing}/m.db")
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_sqlite_store_whose_folder_takes_no_files_names_the_folder(tmp_path, monkeypatch, exists):
+    """sqlite's journal and gpt1's creation lock go beside the database: a read-only folder is named as such (it was
+    a lock file's 'Read-only file system; choose another --out')."""
+    import errno
+    import tempfile
+
+    if exists:
+        check_store(f"sqlite:///{tmp_path}/m.db")  # nothing made yet; an empty file is an empty database
+        (tmp_path / "m.db").write_bytes(b"")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    with pytest.raises(TrackingError, match=rf"^{tmp_path}: the MLflow store's folder cannot be written \(Read-only "
+                                            r"file system\); make it writable, or set MLFLOW_TRACKING_URI"):
+        check_store(f"sqlite:///{tmp_path}/m.db")

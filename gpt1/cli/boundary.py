@@ -24,6 +24,7 @@ DEBUG_ENV = "GPT1_DEBUG"
 EXIT_INPUT = 1
 EXIT_CONFIG = 2  # a setting or an argument, as argparse exits
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_READER_GONE = 128 + signal.SIGPIPE  # as a shell reports a command whose reader left (`gpt1 config | head -1`)
 # What to do about an OSError, by errno; the line names the file before it.
 ERRNO_FIXES = {
     errno.ENOSPC: "the disk is full; free some space (or choose another --out) and rerun",
@@ -183,6 +184,13 @@ def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
 
 def report(err: BaseException, args: Namespace) -> int:
     """Print the one line (after the traceback under GPT1_DEBUG=1) and return the exit code; re-raise a bug."""
+    from gpt1.pipeline.errors import interruption
+
+    if isinstance(err, BrokenPipeError) and interruption(err) is None:
+        # The reader of stdout left: nothing to say, and nobody to say it to. Python's exit flushes stdout again, so
+        # it goes to /dev/null first (the recipe of Python's signal docs).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_READER_GONE
     found = failure_line(err, args)
     if found is None:
         raise err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -156,9 +157,12 @@ def materialize(source: str, path: str, scratch: Path) -> Path:
     revision = source.removeprefix("rev:")
     commit = experiment_commit(revision) or revision
     out = scratch / revision.replace("/", "_")
-    done = subprocess.run(["dvc", "get", ".", path, "--rev", commit, "-o", str(out)], capture_output=True, text=True)
+    # DVC as a module of this Python: the `dvc` beside it need not be on PATH (`.venv/bin/python -m gpt1 compare`).
+    done = subprocess.run([sys.executable, "-m", "dvc", "get", ".", path, "--rev", commit, "-o", str(out)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["dvc get failed"])[-1]
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        reason = next((line for line in lines if line.startswith("ERROR")), lines[0] if lines else "dvc get failed")
         raise Gpt1Error(f"{source}: cannot read {path} of that revision from DVC ({reason}); is it a commit or "
                         f"experiment of this repository whose outputs are in the cache (dvc pull)?")
     return out

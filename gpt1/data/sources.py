@@ -53,13 +53,17 @@ def _check_parquet(ref: DatasetRef, file: Path) -> Path:
     return file
 
 
+def check_mirror_folder(mirror: Path) -> None:
+    if not mirror.is_dir():
+        raise SourceError(f"data mirror {mirror} does not exist; fix GPT1_DATA_MIRROR or data_mirror in params.yaml")
+
+
 def _check_mirror(ref: DatasetRef, mirror: Path) -> Path:
     file = mirror_file(ref, mirror)
     if file.is_file():
         return _check_parquet(ref, file)
     folder = file.parent
-    if not mirror.is_dir():
-        raise SourceError(f"data mirror {mirror} does not exist; fix GPT1_DATA_MIRROR or data_mirror in params.yaml")
+    check_mirror_folder(mirror)
     if folder.is_dir():
         splits = sorted(p.stem for p in folder.glob("*.parquet"))
         raise SourceError(f"{ref}: split {ref.split!r} not in mirror (looked for {file}); present: {', '.join(splits)}")

@@ -147,14 +147,16 @@ def cli_commands(package_dir: Path = PACKAGE_DIR) -> dict[str, str]:
 
 
 def stage_code(command: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The files `python -m gpt1 <command>` may run: a change to any of them must rerun the stage."""
+    """The files `python -m gpt1 <command>` may run: a change to any of them must rerun the stage. An empty file (each
+    folder's `__init__.py`, tests/test_imports.py) runs nothing, and is left out: DVC warns of every empty dep."""
     commands = cli_commands(package_dir)
     if command not in commands:
         where = _cli_file(package_dir).relative_to(package_dir.parent).as_posix()
         raise CodeDepsError(f"gpt1 {command}: no such stage command in {where} (known: {', '.join(commands)})")
     others = frozenset(function for name, function in commands.items() if name != command) | {TOOLS_REGISTRAR}
     package = package_dir.name
-    return import_closure([f"{package}.{ENTRY}"], package_dir, skip={f"{package}.{CLI}": others})
+    closure = import_closure([f"{package}.{ENTRY}"], package_dir, skip={f"{package}.{CLI}": others})
+    return [file for file in closure if (package_dir.parent / file).stat().st_size]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ experiments are created under `creation_lock`. gpt1.pipeline.tracking opens the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import random
@@ -148,17 +149,36 @@ def _locked_problem(path: Path) -> str | None:
         connection.close()
 
 
+def _check_sqlite_folder(path: Path) -> None:
+    """sqlite writes its journal beside the database, and gpt1 its creation lock: the folder must exist (a mistyped
+    path is refused, not made) and take files."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise TrackingError(f"{folder}: no such folder for the MLflow store {path.name}; create it, or fix "
+                            f"MLFLOW_TRACKING_URI")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise TrackingError(f"{folder}: the MLflow store's folder cannot be written ({err.strerror or err}); make it "
+                            f"writable, or set MLFLOW_TRACKING_URI to a store in a writable folder") from err
+
+
 def _check_sqlite(path: Path) -> None:
     if not path.exists():
+        _check_sqlite_folder(path)
         return  # MLflow creates it
     if not path.is_file():
         raise TrackingError(f"{path}: the MLflow store is not a file; set MLFLOW_TRACKING_URI to a sqlite file")
     try:
         with open(path, "r+b") as handle:  # r+: a store MLflow could not write fails here, by name
             magic = handle.read(len(SQLITE_MAGIC))
-    except PermissionError as err:
+    except OSError as err:
+        if not isinstance(err, PermissionError) and err.errno != errno.EROFS:
+            raise
         raise TrackingError(f"{path}: the MLflow store is read-only ({err.strerror}); fix its permissions or set "
                             f"MLFLOW_TRACKING_URI to a writable store") from err
+    _check_sqlite_folder(path)
     if not magic:
         return  # an empty file is an empty database
     try:
@@ -259,7 +279,6 @@ def creation_lock(uri: str) -> Iterator[None]:
     one in the temp folder (the jobs of one machine are the ones that race)."""
     sqlite = _sqlite_file(uri)
     path = Path(f"{sqlite}.lock") if sqlite else Path(os.environ.get("TMPDIR", "/tmp"), "gpt1-mlflow.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

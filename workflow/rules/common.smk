@@ -91,6 +91,22 @@ def data_mirror():
     return os.environ.get("GPT1_DATA_MIRROR") or config["data_mirror"]
 
 
+def check_before_any_job():
+    """Snakemake removes a job's previous outputs before it runs the job, so what would fail every job is checked
+    once, before any starts (onstart): a store that is down or a mirror that is not there removes no finished output.
+    (Each stage checks them again, and all else, before its work; dvc.yaml's `dvc repro` has no such hook.)"""
+    from gpt1.data.sources import check_mirror_folder
+    from gpt1.pipeline.errors import Gpt1Error
+    from gpt1.pipeline.mlflow_store import check_store
+
+    try:
+        check_store()
+        if (mirror := data_mirror()) is not None:
+            check_mirror_folder(Path(mirror))
+    except Gpt1Error as err:
+        raise WorkflowError(str(err)) from None
+
+
 def settings(stage):
     """The values of the settings whose change must rerun `stage` (gpt1.pipeline.rerun, the table dvc.yaml's `params:` follow
     too): one param of its rule, so that Snakemake replans the job when one changes."""
