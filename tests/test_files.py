@@ -15,6 +15,7 @@ from gpt1.pipeline.files import (
     stage_command,
     staged_outputs,
     staged_path,
+    unwritable,
     write_csv,
     write_json,
 )
@@ -90,3 +91,9 @@ def test_flatten_nested_params():
 
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": 2, "e": [1, 2]}
     assert flatten({"a": {"b": 1, "sha256": "x"}, "sha256": "y"}, skip=("sha256",)) == {"a.b": 1}  # at any depth
+
+
+def test_unwritable_says_why_a_folder_takes_no_file(tmp_path):
+    assert unwritable(tmp_path) is None and list(tmp_path.iterdir()) == []  # it leaves nothing behind
+    (tmp_path / "plain").write_text("")
+    assert isinstance(unwritable(tmp_path / "plain"), NotADirectoryError)

@@ -9,12 +9,12 @@ import argparse
 import errno
 import json
 import os
-import tempfile
 from argparse import Namespace
 from pathlib import Path
 
 from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error
+from gpt1.pipeline.files import unwritable
 
 # Arguments naming the folder of an earlier stage, and that stage.
 INPUT_FOLDERS = {"raw": "fetch", "corpus": "clean", "tokenizer": "bpe", "ids": "encode", "pretrained": "pretrain",
@@ -85,10 +85,7 @@ def check_output_folder(out: Path) -> None:
     if missing is not None and missing.is_symlink():  # it points nowhere: it is not there, yet mkdir fails on it
         raise Gpt1Error(f"--out {out}: {missing} is a broken or looping symbolic link; remove it or choose "
                         f"another --out")
-    try:
-        with tempfile.TemporaryFile(dir=ancestor):
-            pass
-    except OSError as err:
+    if (err := unwritable(ancestor)) is not None:
         raise Gpt1Error(f"--out {out}: cannot write in {ancestor} ({err.strerror}); fix its permissions or choose "
                         f"another --out") from err
 

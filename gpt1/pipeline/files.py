@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -98,6 +99,16 @@ def _rename(staged: Mapping[Path, Path]) -> None:
 
 # Timings differ from run to run: they go to MLflow and the logs, never into files whose bytes must reproduce.
 TIMING_KEYS = frozenset({"wall_seconds", "train_seconds", "device_seconds", "tokens_per_second"})
+
+
+def unwritable(folder: Path) -> OSError | None:
+    """Why no file can be made in `folder` (an existing folder), or None: a nameless temporary file tries."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return err
+    return None
 
 
 def without_timings(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import os
 import random
 import socket
 import sqlite3
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpt1.pipeline.errors import Gpt1Error, TrackingError
+from gpt1.pipeline.files import unwritable
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}  # SQLAlchemy's dialects MLflow stores in
@@ -156,10 +156,7 @@ def _check_sqlite_folder(path: Path) -> None:
     if not folder.is_dir():
         raise TrackingError(f"{folder}: no such folder for the MLflow store {path.name}; create it, or fix "
                             f"MLFLOW_TRACKING_URI")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as err:
+    if (err := unwritable(folder)) is not None:
         raise TrackingError(f"{folder}: the MLflow store's folder cannot be written ({err.strerror or err}); make it "
                             f"writable, or set MLFLOW_TRACKING_URI to a store in a writable folder") from err
 
@@ -213,11 +210,13 @@ def check_artifact_folder(artifact_uri: str) -> None:
     folder = Path(local)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        problem = unwritable(folder)
     except OSError as err:
-        raise TrackingError(f"MLflow artifact folder {folder}: {err.strerror or err}; make it a writable folder (the "
-                            "experiment's artifact location), or set MLFLOW_TRACKING_URI to another store") from err
+        problem = err
+    if problem is not None:
+        raise TrackingError(f"MLflow artifact folder {folder}: {problem.strerror or problem}; make it a writable "
+                            "folder (the experiment's artifact location), or set MLFLOW_TRACKING_URI to another "
+                            "store") from problem
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
