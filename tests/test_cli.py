@@ -134,3 +134,19 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["fetch", "--out", "x", "--bogus"], "gpt1 fetch: error: unrecognized arguments: --bogus (see gpt1 fetch --help)"),
+    (["sample", "--model", "m", "--tokenizer", "t", "--prompt", "p", "--top-k", "abc"],
+     "gpt1 sample: error: argument --top-k: 'abc': give a whole number, or 0 (or none) to sample from every token"),
+])  # fmt: skip
+def test_a_bad_option_points_at_its_own_commands_help(capsys, argv, said):
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(argv)
+    assert stop.value.code == 2 and capsys.readouterr().err.startswith(said)
+
+
+def test_every_command_has_a_description_in_its_help():
+    for name, parser in build_parser().stages.items():
+        assert parser.description, name

@@ -738,7 +738,8 @@ def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monk
     assert run.data.params["finetune.lr"] == str(cfg.p["finetune"]["lr"])
     assert run.data.params["model.n_layer"] == str(cfg.p["model"]["n_layer"])
     url = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs?workflowType=machine_learning"
-    assert f"report: the pipelines in MLflow's UI: {url}&viewStateShareKey=gpt1-pipelines\n" in capsys.readouterr().out
+    assert (f"report: the pipelines in MLflow's UI: {url}&viewStateShareKey=gpt1-pipelines (served by: mlflow ui "
+            f"--backend-store-uri {uri})\n") in capsys.readouterr().out  # a store of its own: how to open it
     artifacts = {a.path for folder in ("tables", "figures") for a in client.list_artifacts(parent, folder)}
     assert {"tables/table2.md", "tables/table5.tex", "tables/summary.json", "figures/figure2_left.png",
             "figures/figure2_right.svg", "figures/pretraining.png"} <= artifacts

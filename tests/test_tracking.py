@@ -158,6 +158,17 @@ def test_the_ui_address_opens_the_view_on_the_runs_not_the_genai_pages():
             == f"https://mlflow.example.org:8443/team/#/experiments/3/{query}gpt1-reports")
 
 
+def test_the_report_says_how_to_serve_a_store_plain_mlflow_ui_would_not_open():
+    from gpt1.pipeline.tracking import ui_line
+
+    assert ui_line("3", "sqlite:///mlflow.db").endswith("gpt1-pipelines")  # `mlflow ui` in the repo root
+    assert ui_line("3", "http://127.0.0.1:5005").endswith("gpt1-pipelines")  # the server serves its own UI
+    assert ui_line("3", "sqlite:////tmp/ci/mlflow.db").endswith(
+        "gpt1-pipelines (served by: mlflow ui --backend-store-uri sqlite:////tmp/ci/mlflow.db)")
+    assert ui_line("3", "postgresql://me:secret@db:5432/mlflow").endswith(
+        "(served by: mlflow ui --backend-store-uri postgresql://me:***@db:5432/mlflow)")
+
+
 def test_dataset_sources_say_where_the_data_came_from():
     from gpt1.pipeline.tracking import dataset_source
 

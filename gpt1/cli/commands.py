@@ -38,7 +38,13 @@ def check_device(text: str) -> str:
 
 
 def _int_or_none(text: str) -> int | None:
-    return None if text.lower() in ("none", "0") else int(text)
+    if text.lower() in ("none", "0"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, or 0 (or none) to sample from every "
+                                         "token") from None
 
 
 def register(sub: Any, common: Any) -> None:

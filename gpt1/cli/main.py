@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpt1.cli.boundary import killable, report
 from gpt1.cli.preflight import check_stage, seed
@@ -22,8 +22,21 @@ EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALU
 class Parser(argparse.ArgumentParser):
     """argparse, but a mistake is one line (no usage block): the stage, the problem, where to look."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stages: dict[str, argparse.ArgumentParser] = {}  # the top parser's subcommands (build_parser)
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse, but an option the subcommand does not know is that subcommand's error, pointing at its own
+        --help (argparse leaves it to the top parser: 'see gpt1 --help')."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.stages.get(getattr(parsed, "command", None) or "", self).error(
+                f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -184,9 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["export"].add_argument("--format", choices=("hf",), default="hf",
                                        help="hf: a folder OpenAIGPTLMHeadModel.from_pretrained loads")
     _tool_commands(sub)
-    show = sub.add_parser("config", help="Validate params.yaml and print the selected profile.", epilog=EPILOG)
+    show = sub.add_parser("config", help="Validate params.yaml and print the selected profile.",
+                          description="Validate params.yaml (its schema and the rules between its settings) and print "
+                                      "the selected profile, --set overrides applied.", epilog=EPILOG)
     _common(show)
     show.set_defaults(call=_show_config, workers=None)
+    parser.stages = dict(sub.choices)
     return parser
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from gpt1.pipeline.errors import TrackingError, interruption
 from gpt1.pipeline.files import flatten, publication, staged_path
 from gpt1.pipeline.mlflow_store import (
+    DEFAULT_URI,
     DUPLICATE_ERRORS,
     check_artifact_folder,
     check_store,
@@ -166,6 +167,16 @@ def ui_url(experiment_id: str, uri: str | None = None, view: str = PIPELINES_VIE
         netloc += f":{parts.port}" if parts.port else ""
         base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={view}"
+
+
+def ui_line(experiment_id: str, uri: str | None = None) -> str:
+    """Where the UI shows the pipelines, and, for a store that a plain `mlflow ui` in the repo root would not open
+    (it serves sqlite:///mlflow.db), the command that serves it."""
+    uri = uri or tracking_uri()
+    line = f"the pipelines in MLflow's UI: {ui_url(experiment_id, uri)}"
+    if uri.startswith(("http://", "https://")) or uri == DEFAULT_URI:
+        return line
+    return f"{line} (served by: mlflow ui --backend-store-uri {shown(uri)})"
 
 
 def git_commit() -> str:

@@ -236,7 +236,7 @@ def report_stage(cfg: Config, results_dir: str | Path, out_dir: str | Path) -> d
     """`gpt1 report`: Tables 2-5 (Markdown, LaTeX, CSV, HTML), summary.json, the page of samples and the figures under
     OUT, written together; one MLflow run holding them as artifacts, made the parent of this pipeline invocation's
     runs."""
-    from gpt1.pipeline.tracking import nest_pipeline_runs, published_run, ui_url
+    from gpt1.pipeline.tracking import nest_pipeline_runs, published_run, ui_line
 
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     plan = Plan.from_params(cfg.root)
@@ -256,7 +256,7 @@ def report_stage(cfg: Config, results_dir: str | Path, out_dir: str | Path) -> d
         children = nest_pipeline_runs(run.run_id)
         run.set_tags({"gpt1.children": len(children), "gpt1.gaps": len(report.gaps)})
     print(f"report: {len(outputs)} files under {out_dir}; {len(report.gaps)} gaps; {len(children)} runs nested")
-    print(f"report: the pipelines in MLflow's UI: {ui_url(run.experiment_id)}")
+    print(f"report: {ui_line(run.experiment_id)}")
     return {
         "run_id": run.run_id,
         "outputs": [str(p) for p in outputs],
