@@ -224,3 +224,22 @@ def test_the_schemas_seed_is_the_clis():
 
     walk(schema)
     assert len(seeds) == 5 and all(seed == {"$ref": "#/$defs/seed"} for seed in seeds)  # none spelled out beside it
+
+
+def test_params_yaml_is_written_as_dvc_writes_it(tmp_path):
+    """`dvc exp run -S key=value` rewrites params.yaml through DVC's YAML dumper: in its style already, an
+    experiment's diff is the one value (it was 208 lines of re-wrapped lists, nulls and quotes)."""
+    import difflib
+    import shutil
+
+    from dvc.utils.serialize import modify_yaml
+
+    source, written = REPO / "params.yaml", tmp_path / "params.yaml"
+    shutil.copy(source, written)
+    with modify_yaml(written) as data:
+        data["profiles"]["default"]["finetune"]["lr"] = 0.000123
+    diff = difflib.unified_diff(source.read_text().splitlines(), written.read_text().splitlines(), lineterm="", n=0)
+    changed = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    relayout = ("python -c \"from dvc.utils.serialize import modify_yaml; m = modify_yaml('params.yaml'); "
+                "m.__enter__(); m.__exit__(None, None, None)\"")
+    assert len(changed) == 2 and changed[1] == "+      lr: 0.000123", f"lay params.yaml out as DVC does: {relayout}"
