@@ -852,6 +852,18 @@ def test_snakemake_reads_yaml12_floats(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
 
 
+def test_a_bad_snakemake_config_names_the_override_it_came_with(tmp_path):
+    """The value may come from `--config`, not from params.yaml: the line says which were given."""
+    for name in ("workflow", "gpt1"):
+        shutil.copytree(REPO / name, tmp_path / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PARAMS, tmp_path / "params.yaml")
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", "profile=nope"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    said = "params.yaml with --config profile=nope: profile: 'nope' is not defined; valid: smoke,"
+    assert said in out.stdout + out.stderr
+
+
 # ------------------------------------------------------------------------------------------------ MLflow runs
 
 

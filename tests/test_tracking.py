@@ -1,6 +1,7 @@
 """MLflow: parallel stages must not lose a metric, fail on a locked database, or land in the wrong experiment."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -233,3 +234,11 @@ def test_a_pipeline_id_with_a_quote_is_refused() -> None:
     with pytest.raises(TrackingError, match="GPT1_PIPELINE_RUN"):  # every stage refuses it first (test_bad_inputs)
         nest_pipeline_runs("run", "it's")
     assert nest_pipeline_runs("run", "") == []  # no pipeline invocation: nothing to group
+
+
+def test_a_new_store_is_made_without_mlflows_info_lines(tmp_path):
+    """'Creating initial MLflow database tables...' and 'Updating database tables' are no stage's output."""
+    done = subprocess.run([sys.executable, "-c", "from gpt1.pipeline.tracking import ensure_experiment; "
+                           "print(ensure_experiment('fresh'))"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "1\n", "")

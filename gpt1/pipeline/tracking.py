@@ -102,7 +102,8 @@ def ensure_experiment(name: str) -> str:
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    for chatty in ("alembic", "mlflow.store.db.utils"):  # a new store's migrations, "Creating initial ... tables"
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     uri = tracking_uri()
     with creation_lock(uri), translated():
         mlflow.set_tracking_uri(uri)

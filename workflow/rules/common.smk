@@ -26,7 +26,8 @@ config.update(yaml12_floats(dict(config)))
 try:
     validate_params(config)
 except ConfigError as err:
-    raise WorkflowError(f"params.yaml: {err}") from None
+    given = " ".join(f"{key}={value}" for key, value in workflow.config_settings.config.items())
+    raise WorkflowError(f"params.yaml{f' with --config {given}' if given else ''}: {err}") from None
 
 # One id for all the MLflow runs of this invocation: the report stage makes them children of its run. Kept if
 # already set (a cluster job re-reads this file with the submitting process's environment).
