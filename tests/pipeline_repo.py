@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,10 @@ def outputs_not_committed(root: Path, job: str = "", *, planned_fewer: bool = Fa
         found = {k: v for k, v in found.items() if not k.startswith(REPORT_OUTPUTS)}
         committed = {k: v for k, v in committed.items() if k in found}
     return sorted(name for name in found.keys() | committed.keys() if found.get(name) != committed.get(name))
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (a server to start there, or a store that is down)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pipeline_repo import free_port
 
 from gpt1.pipeline import layout
 from gpt1.pipeline.plan import ABLATION_VARIANTS, Plan
@@ -189,14 +190,6 @@ def test_a_changed_mirror_reruns_zeroshot_in_both_engines(tmp_path, monkeypatch)
     with Repo(str(root)) as repo:
         status = repo.status(targets=["zeroshot@gpt"])
     assert status == {"zeroshot@gpt": [{"changed deps": {"params.yaml": {"data_mirror": "modified"}}}]}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize(("profile", "env", "said"), [

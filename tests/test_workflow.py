@@ -11,6 +11,7 @@ from pipeline_repo import (
     REPO,
     assert_outputs_committed,
     commit_all,
+    free_port,
     link_venv,
     output_digests,
     run,
@@ -185,14 +186,11 @@ def test_snakemake_report_html(smoke_run, tmp_path):
 
 def test_mlflow_ui_lists_the_runs_grouped_under_the_report(smoke_run):
     """`mlflow ui` in the repo root: its REST API lists every stage's run, the report run parent of the rest."""
-    import socket
     import time
     import urllib.request
 
     root, env, _ = smoke_run
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port)],
                               cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -18,7 +18,7 @@ from argparse import Namespace
 from collections.abc import Iterator
 from types import FrameType
 
-from gpt1.pipeline.errors import Gpt1Error, causes
+from gpt1.pipeline.errors import Gpt1Error, causes, interruption
 
 DEBUG_ENV = "GPT1_DEBUG"
 EXIT_INPUT = 1
@@ -156,7 +156,7 @@ def library_error_line(err: BaseException, args: Namespace) -> str | None:
 def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
     """(line, exit code) for a failure a user can cause, or None to let the traceback show."""
     from gpt1.cli.preflight import diagnose_inputs
-    from gpt1.pipeline.errors import ConfigError, UsageError, interruption
+    from gpt1.pipeline.errors import ConfigError, UsageError
 
     stage = f"gpt1 {args.command}"
     err = interruption(err) or err  # a stop, whatever it set off on the way out
@@ -184,8 +184,6 @@ def failure_line(err: BaseException, args: Namespace) -> tuple[str, int] | None:
 
 def report(err: BaseException, args: Namespace) -> int:
     """Print the one line (after the traceback under GPT1_DEBUG=1) and return the exit code; re-raise a bug."""
-    from gpt1.pipeline.errors import interruption
-
     if isinstance(err, BrokenPipeError) and interruption(err) is None:
         # The reader of stdout left: nothing to say, and nobody to say it to. Python's exit flushes stdout again, so
         # it goes to /dev/null first (the recipe of Python's signal docs).

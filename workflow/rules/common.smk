@@ -17,7 +17,7 @@ from gpt1.pipeline.config import (
     validate as validate_params,
     yaml12_floats,
 )  # noqa: E402
-from gpt1.pipeline.errors import ConfigError  # noqa: E402
+from gpt1.pipeline.errors import ConfigError, Gpt1Error  # noqa: E402
 
 # `configfile:` reads YAML 1.1, where `lr: 1e-3` is the string '1e-3'; params.yaml means YAML 1.2 (as DVC and the
 # gpt1 CLI read it). Then the same checks and one-line messages as the CLI: ../schemas/params.schema.yaml and the
@@ -97,7 +97,6 @@ def check_before_any_job():
     once, before any starts (onstart): a store that is down or a mirror that is not there removes no finished output.
     (Each stage checks them again, and all else, before its work; dvc.yaml's `dvc repro` has no such hook.)"""
     from gpt1.data.sources import check_mirror_folder
-    from gpt1.pipeline.errors import Gpt1Error
     from gpt1.pipeline.mlflow_store import check_store
 
     try:
