@@ -125,3 +125,18 @@ def test_a_sqlite_store_whose_folder_takes_no_files_names_the_folder(tmp_path, m
     with pytest.raises(TrackingError, match=rf"^{tmp_path}: the MLflow store's folder cannot be written \(Read-only "
                                             r"file system\); make it writable, or set MLFLOW_TRACKING_URI"):
         check_store(f"sqlite:///{tmp_path}/m.db")
+
+
+def test_a_sqlite_store_on_a_read_only_file_system_is_named_read_only(tmp_path, monkeypatch):
+    """EROFS is no PermissionError: it was a bare OSError, and the boundary's generic line."""
+    import errno
+
+    (tmp_path / "m.db").write_bytes(b"")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(mlflow_store, "open", read_only, raising=False)  # the module's open, not the builtin
+    with pytest.raises(TrackingError, match=rf"^{tmp_path}/m\.db: the MLflow store is read-only \(Read-only file "
+                                            r"system\); fix its permissions or set MLFLOW_TRACKING_URI"):
+        check_store(f"sqlite:///{tmp_path}/m.db")
