@@ -150,3 +150,11 @@ def test_a_bad_option_points_at_its_own_commands_help(capsys, argv, said):
 def test_every_command_has_a_description_in_its_help():
     for name, parser in build_parser().stages.items():
         assert parser.description, name
+
+
+@pytest.mark.parametrize("command", ["finetune", "encode-task"])
+def test_the_task_help_names_every_task_a_job_takes(command):
+    from gpt1.data.tasks import FINETUNE_TASKS
+
+    text = " ".join(build_parser().stages[command].format_help().split())
+    assert f"--task TASK one of {', '.join(FINETUNE_TASKS)}" in text

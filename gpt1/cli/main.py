@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from gpt1.cli.boundary import killable, report
 from gpt1.cli.preflight import check_stage, seed
-from gpt1.pipeline.config import LAYER_TRANSFER_TASKS, load_config
+from gpt1.pipeline.config import LAYER_TRANSFER_TASKS, finetune_task_names, load_config
 from gpt1.training import cores
 
 EPILOG = ("Settings come from params.yaml (the selected profile); --set KEY=VALUE overrides one, "
@@ -164,13 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     _stage(sub, "encode-task", "Load, cut, cap, transform and tokenise one task's examples once; write "
            "OUT/examples.jsonl and OUT/encoded.json for its fine-tuning and layer jobs.", _encode_task,
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
-    sub.choices["encode-task"].add_argument("--task", required=True,
-                                            help="a fine-tuned task of gpt1/data/tasks.py, e.g. sst2")
+    task_help = f"one of {', '.join(finetune_task_names())}"
+    sub.choices["encode-task"].add_argument("--task", required=True, help=task_help)
     _stage(sub, "finetune", "Fine-tune on one task (one variant, one seed) and evaluate; write OUT/metrics.json, "
            "predictions.jsonl and curves.csv.", _finetune, ("--pretrained", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     finetune = sub.choices["finetune"]
-    finetune.add_argument("--task", required=True, help="a fine-tuned task of gpt1/data/tasks.py, e.g. sst2")
+    finetune.add_argument("--task", required=True, help=task_help)
     finetune.add_argument("--variant", required=True,
                           help="pretrained | scratch | no_aux | lstm (--pretrained: the LSTM's folder) | released "
                                "(--pretrained: a Hugging Face folder or hub id, e.g. openai-community/openai-gpt)")

@@ -156,6 +156,12 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
+def finetune_task_names() -> list[str]:
+    """The tasks a fine-tuning job takes, as the schema lists them (tests/test_config.py holds them equal to
+    gpt1/data/tasks.py's), so that the CLI's help names them without importing the task registry."""
+    return _schema()["$defs"]["finetune_task"]["enum"]
+
+
 def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
