@@ -2,7 +2,7 @@
 
     GPT1_DATA_MIRROR=../shared/data .venv/bin/python -m bench.gpu_budget --profile gpu
     .venv/bin/python -m bench.gpu_budget --profile gpu-minutes --lengths bench/results/gpu_budget_lengths.json \
-        --measured bench/results/gpu_speeds_h100.json --jobs-at-once 4 --max-minutes 8   # the plan of issue 44
+        --measured bench/results/gpu_speeds_h100.json --jobs-at-once 8 --max-minutes 8   # the plan of issue 44
     ... --peak-tflops 989 --mfu 0.40 --lstm-mfu 0.20 --update-ms 10     # the assumptions, all changeable
     ... --set layers.max_train_examples=null                            # a setting changed
     ... --save-lengths lengths.json                                     # keep the measured token counts
@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--graphs-compile-s", type=float, default=45.0,
                         help="assumed compile and capture at a fine-tuning job's start with CUDA graphs on, s")
     parser.add_argument("--jobs-at-once", type=int, default=4,
-                        help="fan-out jobs sharing the GPU (workflow/profiles/gpu: 4 slots of the gpu resource)")
+                        help="fan-out jobs sharing the GPU (workflow/profiles/gpu lets 8 share it: its gpu "
+                             "resource has 8 slots, a model job takes one)")
     parser.add_argument("--data-s", type=float, default=0.0,
                         help="wall seconds of the data stages before pre-training (0: prepared on a CPU and carried)")
     parser.add_argument("--report-s", type=float, default=60.0, help="assumed report and dvc commit, s")
