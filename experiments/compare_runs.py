@@ -6,9 +6,10 @@
 For each task, reads finetune/<task>/<variant>/<seed>/ of both trees (metrics.json and predictions.jsonl, verified
 against each other as the report does). Prints per seed the task's paper metric with its bootstrap SE over the
 evaluation examples; then per tree the mean ± its SE across seeds (sd / sqrt(seeds)); then the second tree minus
-the first, by the report's paired bootstrap (`gpt1.evaluation.significance.column_test`) over the seeds' pooled
-evaluation examples. Use it where a setting that Table 5 does not vary (another pre-trained model, say) was run on the
-same jobs: the choice is made elsewhere (held-out data); this measures what it buys on the reported split.
+the first, by the report's paired bootstrap (`gpt1.evaluation.significance.column_test`): each tree the mean of
+its seeds, the evaluation examples drawn once for all seeds. Use it where a setting that Table 5 does not vary
+(another pre-trained model, say) was run on the same jobs: the choice is made elsewhere (held-out data); this
+measures what it buys on the reported split.
 """
 
 from __future__ import annotations

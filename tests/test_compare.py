@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1.report.compare import Comparison, compare_trees, holm, render, verdicts
+from gpt1.report.compare import Comparison, _seed_test, compare_trees, holm, render, verdicts
 from tests.conftest import TinyData, gpt1_command, tiny_config
 
 TASK = "sst2"
@@ -69,7 +69,7 @@ def test_a_change_that_moves_results_is_changed_beyond_noise(trees: dict[str, Pa
     found = compare_trees(trees["frozen"], trees["base"])
     cell = only_cell(found)
     assert cell["verdict"] == "changed", cell.to_dict()
-    assert cell["seeds"] == 3 and cell["examples"] == 3 * 64 and cell["B - A"] > 0  # smoke SST-2: 64 to evaluate
+    assert cell["seeds"] == 3 and cell["examples"] == 64 and cell["B - A"] > 0  # smoke SST-2: 64, each scored 3 times
     assert "recipe.lr" in set(found.settings["setting"])
 
 
@@ -127,6 +127,21 @@ def test_predictions_not_those_their_metrics_record_are_refused(trees: dict[str,
 def test_holm_adjusts_step_down_and_stays_monotone() -> None:
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5]) == [0.5]
+
+
+@pytest.mark.parametrize(("a", "b", "p"), [([70.0, 71.0], [70.5, 71.5], 0.5), ([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], 0.25),
+                                          ([1.0, 2.0], [1.0, 2.0], 1.0), ([1.0], [2.0], None)])
+def test_seeds_that_all_differ_alike_are_no_proof_beyond_what_their_number_allows(a, b, p) -> None:
+    """Equal differences leave the t-test undefined (it used to say p = 0, 'changed' on two seeds): the sign-flip
+    test's 2 / 2**n instead."""
+    assert _seed_test(a, b) == (None if p is None else pytest.approx(p))
+
+
+def test_the_seed_test_is_the_paired_t_test_where_the_differences_vary() -> None:
+    from scipy import stats
+
+    a, b = [70.0, 72.0, 71.0], [73.0, 74.0, 75.5]
+    assert _seed_test(a, b) == pytest.approx(stats.ttest_rel(b, a).pvalue)
 
 
 def test_a_cell_changes_only_when_every_test_it_has_agrees() -> None:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpt1.data.textnorm import clean_text, unwrap
+from gpt1.data.textnorm import clean_text, strip_gutenberg, unwrap
 from gpt1.pipeline.errors import Gpt1Error
 from gpt1.pipeline.files import sha256_file
 from gpt1.stages.corpus import capped, clean, fetch, validation_indices
@@ -50,6 +50,27 @@ def test_unwrap_joins_hard_wrapped_lines_into_paragraphs():
 def test_clean_text_repairs_mojibake_and_standardises():
     assert clean_text("donâ€™t  stop—now…") == "don't stop - now..."
     assert clean_text('He said "hi", then\nleft!!') == 'He said " hi " , then left !!'
+
+
+BOOK = "EMMA\n\nCHAPTER I\n\nEmma Woodhouse, handsome, clever, and rich.\n"
+
+
+@pytest.mark.parametrize("raw", [
+    "The Project Gutenberg EBook of Emma\n\nThis eBook is for the use of anyone\n\n"
+    "*** START OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n" + BOOK +
+    "End of the Project Gutenberg EBook of Emma, by Jane Austen\n\n*** END OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n"
+    "Updated editions will replace the previous one",
+    "*** Start of the Project Gutenberg eBook Emma ***\n" + BOOK + "*** END OF THE PROJECT GUTENBERG E-BOOK EMMA ***\n",
+])
+def test_a_hub_copy_loses_project_gutenbergs_header_and_footer(raw):
+    assert strip_gutenberg(raw).strip() == BOOK.strip()
+    assert "gutenberg" not in clean_text(raw).lower() and "Emma Woodhouse" in clean_text(raw)
+
+
+def test_a_book_without_the_marks_is_kept_whole():
+    """The mirror's novels were stripped before: the clean stage's bytes of them do not move."""
+    text = BOOK + "He read *** the end of the project *** aloud.\n"
+    assert strip_gutenberg(text) == text
 
 
 def test_split_is_seeded_and_keeps_both_sides():

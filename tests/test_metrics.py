@@ -124,3 +124,20 @@ def test_bootstrap_takes_any_metric():
     y = RNG.uniform(0, 5, 80)
     result = paired_bootstrap(pearson, y, y + RNG.normal(0, 0.1, 80), RNG.uniform(0, 5, 80), n=100)
     assert result.p_value < 0.05 and result.n == 100
+
+
+def test_bootstrap_of_runs_draws_the_examples_once_for_every_run():
+    """Rows are runs (seeds) on the same examples: one row is the 1-d test, and the difference is the runs' mean."""
+    y = RNG.integers(0, 2, 120)
+    a = np.where(RNG.random((2, 120)) < 0.8, y, 1 - y)
+    b = np.where(RNG.random((2, 120)) < 0.6, y, 1 - y)
+    assert paired_bootstrap("accuracy", y, a[:1], b[:1], n=50) == paired_bootstrap("accuracy", y, a[0], b[0], n=50)
+    result = paired_bootstrap("accuracy", y, a, b, n=50)
+    assert result.difference == pytest.approx(np.mean(a == y) - np.mean(b == y))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 120), (0, 120), (2, 119)])
+def test_bootstrap_refuses_runs_of_another_shape(shape):
+    y = RNG.integers(0, 2, 120)
+    with pytest.raises(MetricError):
+        paired_bootstrap("accuracy", y, np.zeros(shape), y, n=10)

@@ -809,6 +809,26 @@ def test_one_seed_cells_carry_a_bootstrap_standard_error_from_the_predictions(tm
     assert no_predictions["se"] == "" and " ± " not in no_predictions["text"]
 
 
+def test_over_seeds_a_cell_counts_the_evaluation_examples_noise_beside_the_seeds_spread(tmp_path: Path) -> None:
+    """Two seeds on the same 400 examples: their spread alone (sd / sqrt(2) = 1.0 point) would hide the examples'
+    noise (2.2 points, shared by the seeds); the error is sqrt(1.0**2 + 2.2**2) = 2.4."""
+    from test_significance import write_predictions
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0, 1])
+    write_everything(results, cfg)
+    rows = [("rte", i, i % 2, (i % 2) if i % 4 else 1 - i % 2) for i in range(400)]  # 75% right
+    for seed, accuracy in ((0, 0.74), (1, 0.76)):
+        write_metrics(results, "rte", "pretrained", seed, values={"rte": {"accuracy": accuracy}})
+        predictions = results / "finetune" / "rte" / "pretrained" / str(seed) / "predictions.jsonl"
+        write_predictions(predictions, rows)
+        record_beside(predictions, "metrics.json")
+    render_report(cfg, results, out)
+    cell = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "rte")]
+    assert (cell["value"], cell["sd"]) == ("75.0", "1.4")
+    assert float(cell["se"]) == pytest.approx(2.4, abs=0.2)
+
+
 def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():
     summary = {"pretrain.gpt.val_perplexity": 212.3496, "figure2_left.mnli.dev_accuracy": 40.0,
                "figure2_left.race.dev_accuracy": 27.75, "table4.glue_average.pretrained": 42.1506, "report.gaps": 3}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.evaluation.significance import column_test, paired_arrays, read_predictions
+from gpt1.evaluation.metrics import matthews
+from gpt1.evaluation.significance import column_test, read_predictions
 from gpt1.pipeline.errors import PredictionsError
 
 
@@ -39,8 +40,40 @@ def test_pairs_are_joined_by_example_never_by_position(tmp_path: Path) -> None:
     # the other run lists the examples in another order and has one more (index 9) that full never scored
     rows = [("mrpc", i, 1, int(i == 2)) for i in (9, 2, 1, 3)]
     other = read_predictions(write_predictions(tmp_path / "b.jsonl", rows))
-    labels, a, b = paired_arrays(full, other, ["mrpc"])
-    assert labels.tolist() == [1, 1, 1] and a.tolist() == [1, 1, 1] and b.tolist() == [0, 1, 0]
+    test = column_test("scratch", "mrpc", "accuracy", ["mrpc"], {0: full}, {0: other})
+    assert test.examples == 3 and test.difference == pytest.approx(100.0 * 2 / 3)
+
+
+def test_copies_of_one_seed_are_no_more_evidence_than_the_seed(tmp_path: Path) -> None:
+    """Three seeds that are the same run: the same difference and the same p as that one run (pooling the seeds'
+    pairs as independent examples made p shrink with every copy)."""
+    a = read_predictions(write_predictions(tmp_path / "a.jsonl", [("rte", i, i % 2, (i // 2) % 2) for i in range(80)]))
+    b = read_predictions(write_predictions(tmp_path / "b.jsonl", [("rte", i, i % 2, (i // 3) % 2) for i in range(80)]))
+    one = column_test("scratch", "rte", "accuracy", ["rte"], {0: a}, {0: b})
+    three = column_test("scratch", "rte", "accuracy", ["rte"], dict.fromkeys((0, 1, 2), a), dict.fromkeys((0, 1, 2), b))
+    assert (three.difference, three.p_value, three.examples) == (one.difference, one.p_value, 80)
+    assert three.seeds == (0, 1, 2)
+
+
+def test_over_seeds_the_difference_is_the_mean_of_the_seeds_metrics(tmp_path: Path) -> None:
+    """MCC is no mean over examples: the difference is that of the seeds' mean MCCs, as the table's cell shows."""
+    labels = [i % 2 for i in range(40)]
+    guesses = {name: [(i * k) % 3 % 2 for i in range(40)] for name, k in (("f0", 1), ("f1", 2), ("o0", 5), ("o1", 7))}
+    runs = {name: read_predictions(write_predictions(tmp_path / f"{name}.jsonl", [("cola", i, labels[i], g[i])
+                                                                                   for i in range(40)]))
+            for name, g in guesses.items()}
+    test = column_test("scratch", "cola", "mcc", ["cola"], {0: runs["f0"], 1: runs["f1"]},
+                       {0: runs["o0"], 1: runs["o1"]})
+    mean = {side: (matthews(labels, guesses[f"{side}0"]) + matthews(labels, guesses[f"{side}1"])) / 2
+            for side in ("f", "o")}
+    assert test.difference == pytest.approx(100.0 * (mean["f"] - mean["o"]))
+
+
+def test_seeds_that_disagree_on_a_label_are_an_error(tmp_path: Path) -> None:
+    a = read_predictions(write_predictions(tmp_path / "a.jsonl", [("rte", i, 0, 0) for i in range(5)]))
+    b = read_predictions(write_predictions(tmp_path / "b.jsonl", [("rte", i, 1, 0) for i in range(5)]))
+    with pytest.raises(PredictionsError, match="seed 1's predictions give an example another label"):
+        column_test("scratch", "rte", "accuracy", ["rte"], {0: a, 1: b}, {0: a, 1: b})
 
 
 def test_seeds_pool_and_a_column_pools_its_reports(tmp_path: Path) -> None:

@@ -157,25 +157,45 @@ def test_sst2_compares_whole_words_by_their_summed_log_probability(tok):
     assert predict_choices(model, probe).tolist() == [1]
 
 
-def test_sst2_offset_from_train_undoes_a_bias_for_one_word(tok):
-    """An LM that prefers "positive" after every sentence, more after good ones: the paper's rule (offset 0) calls
-    everything positive; the offset chosen on the fit split separates good from bad on the test split."""
+def biased_sst2(tok, negative_tokens: int = 1):
+    """An LM that prefers "positive" after every sentence, more after good ones, and its probe (fit: 4 sentences,
+    test: 3); `negative_tokens` 2 spells "negative" as two tokens, as a small vocabulary does."""
     good, bad = example(("the film was good .",), 1), example(("the film was bad .",), 0)
     probe = sst2_calibrated_probe(tok, [good, bad, good, bad], [good, bad, bad])
     assert all(p[-1] == tid(tok, "very") for p in probe.test.prefixes)  # the real probe: sentence + " very"
+    negative = [tid(tok, "negative"), tid(tok, ".")][:negative_tokens]
+
     # The bigram LM sees one token back: score the label words right after the sentiment word instead of "very".
     def by_sentiment_word(part):
         return dataclasses.replace(part, prefixes=[[tid(tok, "good") if label else tid(tok, "bad")]
-                                                   for label in part.labels for _ in range(part.n_options)])
+                                                   for label in part.labels for _ in range(part.n_options)],
+                                   continuations=[negative, [tid(tok, "positive")]] * len(part.labels))
     probe = dataclasses.replace(probe, fit=by_sentiment_word(probe.fit), test=by_sentiment_word(probe.test))
     model = lm(tok)
     positive = tid(tok, "positive")
     model.prefer(tid(tok, "good"), positive, 6.0)
     model.prefer(tid(tok, "bad"), positive, 2.0)  # the bias: "positive" is likelier even after bad
+    return model, probe
+
+
+def test_sst2_scores_the_papers_rule_where_both_words_are_one_token(tok):
+    """The paper's vocabulary: no offset is fitted, and the biased LM calls everything positive, as the paper's
+    rule does."""
+    model, probe = biased_sst2(tok)
+    assert not probe.calibrated
+    scored = evaluate_sst2(model, probe)
+    assert scored.details == {"offset": 0.0} and scored.raw == pytest.approx(1 / 3)
+    assert scored.predictions.tolist() == [1, 1, 1]
+
+
+def test_sst2_offset_from_train_undoes_the_bias_of_a_word_of_several_tokens(tok):
+    """'negative' in two tokens: the paper's rule (kept as 'uncalibrated') calls everything positive; the offset
+    chosen on the fit split separates good from bad on the test split."""
+    model, probe = biased_sst2(tok, negative_tokens=2)
+    assert probe.calibrated
     scored = evaluate_sst2(model, probe)
     assert scored.details["uncalibrated"] == pytest.approx(1 / 3)  # everything called positive
     assert scored.raw == 1.0 and scored.details["offset_split_accuracy"] == 1.0
-    assert 2.0 < scored.details["offset"] < 6.0  # between the two margins (log-odds 2 and 6)
     assert scored.predictions.tolist() == scored.labels.tolist() == [1, 0, 0]
 
 

@@ -24,12 +24,29 @@ def unwrap(text: str) -> str:
     return "\n".join(p.strip() for p in paragraphs if p.strip())
 
 
+# Project Gutenberg's own lines around a book (licence, credits), as its files mark them: "*** START OF THE PROJECT
+# GUTENBERG EBOOK PRIDE AND PREJUDICE ***" (older files: "THIS PROJECT", "EBook" or "E-BOOK"); the end also as the
+# plain "End of the Project Gutenberg EBook of ..." line older files put before their END line
+GUTENBERG_START = re.compile(r"^\*{3} ?START OF (?:THE|THIS) PROJECT GUTENBERG E-?BOOK\b.*$", re.I | re.M)
+GUTENBERG_END = re.compile(r"^(?:\*{3} ?)?END OF (?:THE|THIS) PROJECT GUTENBERG E-?BOOK\b.*$", re.I | re.M)
+
+
+def strip_gutenberg(text: str) -> str:
+    """The book between Project Gutenberg's START and END lines, where it has them (a hub copy does; the mirror's
+    novels were stripped before); a text without them is returned as it is."""
+    start = GUTENBERG_START.search(text)
+    if start:
+        text = text[start.end():]
+    end = GUTENBERG_END.search(text)
+    return text[: end.start()] if end else text
+
+
 def clean_text(text: str) -> str:
-    """ftfy, paragraph unwrapping, then the original GPT-1 standardisation: a corpus document as the clean stage
-    writes it."""
+    """Project Gutenberg's header and footer cut, ftfy, paragraph unwrapping, then the original GPT-1
+    standardisation: a corpus document as the clean stage writes it."""
     import ftfy
 
-    return standardize(unwrap(ftfy.fix_text(text)))
+    return standardize(unwrap(ftfy.fix_text(strip_gutenberg(text))))
 
 
-__all__ = ["clean_text", "standardize", "unwrap"]
+__all__ = ["clean_text", "standardize", "strip_gutenberg", "unwrap"]

@@ -154,6 +154,18 @@ class BootstrapResult:
     n: int
 
 
+def _runs(y_true: np.ndarray, predictions: ArrayLike) -> np.ndarray:
+    """Predictions as (runs, examples): one run's 1-d array, or one row per run (seeds) on y_true's examples."""
+    runs = np.asarray(predictions)
+    rows = runs.reshape(1, -1) if runs.ndim == 1 else runs
+    if rows.ndim != 2 or rows.shape[0] == 0:
+        raise MetricError(f"paired bootstrap: predictions of shape {runs.shape} are neither one run nor "
+                          "runs x examples")
+    for row in rows:
+        _pair(y_true, row)
+    return rows
+
+
 def paired_bootstrap(
     metric: str | Metric,
     y_true: ArrayLike,
@@ -167,18 +179,27 @@ def paired_bootstrap(
     Each resample draws the same example indices for both systems. Under the null hypothesis the resampled
     differences are centred on 0; shifting them by the observed difference gives the null distribution, so
     p = (1 + #{|d_i - d| >= |d|}) / (1 + n). Identical systems give p = 1.
+
+    A system of several runs on the same examples (one row each: the seeds) is scored as the mean of its runs'
+    metrics, and a resample draws the examples once for all of them: an example is one unit however many runs
+    scored it (pooling the runs' pairs as if independent would shrink p with every copy of the same evidence).
     """
     function = metric_function(metric)
-    t, a = _pair(y_true, pred_a)
-    _, b = _pair(y_true, pred_b)
+    t = np.asarray(y_true)
+    a, b = _runs(t, pred_a), _runs(t, pred_b)
     if n < 1:
         raise MetricError(f"paired bootstrap: n must be at least 1, got {n}")
-    observed = function(t, a) - function(t, b)
+
+    def difference(idx: np.ndarray | slice) -> float:
+        labels = t[idx]
+        return (float(np.mean([function(labels, run[idx]) for run in a]))
+                - float(np.mean([function(labels, run[idx]) for run in b])))
+
+    observed = difference(slice(None))
     rng = np.random.default_rng(seed)
     deltas = np.empty(n)
     for i in range(n):
-        idx = rng.integers(0, t.size, size=t.size)
-        deltas[i] = function(t[idx], a[idx]) - function(t[idx], b[idx])
+        deltas[i] = difference(rng.integers(0, t.size, size=t.size))
     extreme = int(np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12))
     return BootstrapResult(float(observed), float(deltas.mean()), (1 + extreme) / (1 + n), n)
 

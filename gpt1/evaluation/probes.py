@@ -5,9 +5,10 @@ fine-tuning and no task tokens, four heuristics on the language model at several
 
 * CoLA: the sentence's average token log-probability, thresholded ("acceptable" above the threshold); MCC.
 * SST-2: append the word "very" and compare the LM's probability of "positive" and "negative" next; accuracy.
-  Both words are one token in the paper's 40k vocabulary; with a smaller one "negative" may take two, and the
-  shorter word then wins whatever the sentence. So the two words' log-probability difference is compared with an
-  offset chosen on the train split (as CoLA's threshold); the paper's rule (offset 0) is kept as `uncalibrated`.
+  Both words are one token in the paper's 40k vocabulary, and there the paper's rule (offset 0) is what is scored.
+  With a smaller vocabulary "negative" may take two tokens, and the shorter word then wins whatever the sentence;
+  only then is the two words' log-probability difference compared with an offset chosen on the train split (as
+  CoLA's threshold), the paper's rule kept beside it as `uncalibrated`.
 * RACE: the answer with the highest average token log-probability given document and question; accuracy.
 * DPRD: replace the pronoun by each candidate; the candidate after which the rest of the sentence is likelier
   wins (Trinh and Le 2018's "partial" scoring); accuracy.
@@ -53,8 +54,9 @@ HEURISTICS = {
             "subset of the train split; MCC reported on the evaluation split",
     "sst2": f"sentence + ' {SST2_CUE}', then the summed log-probability of the tokens of 'positive' vs 'negative' "
             "(the probability of the whole word, however many BPE tokens it has); 'positive' when log p(positive) - "
-            "log p(negative) exceeds an offset chosen, per snapshot, to maximise accuracy on a seeded subset of the "
-            "train split (the paper's rule, offset 0, is reported as 'uncalibrated')",
+            "log p(negative) exceeds 0, the paper's rule, where both words are one token; where one spans several, "
+            "an offset chosen, per snapshot, to maximise accuracy on a seeded subset of the train split (the paper's "
+            "rule then reported as 'uncalibrated')",
     "race": "per question, the option with the highest mean token log-probability conditioned on article + ' ' + "
             "question (the article loses its beginning first when the context overflows n_ctx)",
     "dprd": "the pronoun (its first whole-word, case-insensitive occurrence after both candidates' first mentions; "
@@ -92,6 +94,12 @@ class Sst2Probe:
 
     def __len__(self) -> int:
         return len(self.test)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether an offset is fitted: only where a label word spans several tokens (its summed log-probability
+        then pays for each), a bias the paper's vocabulary, with each word one token, does not have."""
+        return any(len(word) > 1 for word in self.test.continuations[: self.test.n_options])
 
 
 @dataclass(frozen=True)
@@ -239,14 +247,17 @@ def evaluate_cola(model: nn.Module, probe: ColaProbe, n_ctx: int | None = None,
 
 def evaluate_sst2(model: nn.Module, probe: Sst2Probe, n_ctx: int | None = None,
                   batch_tokens: int = BATCH_TOKENS) -> Scored:
-    """Accuracy of 'positive when log p(positive) - log p(negative) > offset', the offset chosen on the fit split;
-    and the paper's rule (offset 0) as `uncalibrated`."""
+    """Accuracy of 'positive when log p(positive) - log p(negative) > offset': the paper's offset 0 where both words
+    are one token; else the offset chosen on the fit split, the paper's rule beside it as `uncalibrated`."""
     def margins(part: ChoiceProbe) -> np.ndarray:
         scores = choice_scores(model, part, n_ctx, batch_tokens)
         return scores[:, 1] - scores[:, 0]  # SST2_WORDS: negative, positive
 
-    offset, fit_accuracy = choose_threshold(margins(probe.fit), probe.fit.labels, metric=accuracy)
     test = margins(probe.test)
+    if not probe.calibrated:
+        predictions = (test > 0).astype(int)
+        return Scored(accuracy(probe.test.labels, predictions), probe.test.labels, predictions, {"offset": 0.0})
+    offset, fit_accuracy = choose_threshold(margins(probe.fit), probe.fit.labels, metric=accuracy)
     predictions = (test > offset).astype(int)
     return Scored(accuracy(probe.test.labels, predictions), probe.test.labels, predictions,
                   {"offset": offset, "offset_split_accuracy": fit_accuracy,

@@ -4,9 +4,9 @@ against each ablation, per column, on the examples both runs scored, by a paired
 (left) tests each point against the curve's first.
 
 Predictions (a fine-tuning run's predictions.jsonl) are joined by (report, split, index, config), so a test never
-pairs two different examples. The seeds both variants have are pooled: seed s of the full model is paired with
-seed s of the ablation, and all those pairs are resampled together. A column of several reports (Table 5's MNLI:
-matched and mismatched) pools their examples.
+pairs two different examples. Over several seeds each side is the mean of its seeds' metrics (as the table's cell),
+and a resample draws the examples once for all seeds: an example scored by three seeds is one unit of evidence, not
+three. A column of several reports (Table 5's MNLI: matched and mismatched) pools their examples.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class PairedTest:
     metric: str
     difference: float
     p_value: float
-    examples: int  # pairs, over the pooled seeds
+    examples: int  # the examples every seed of both sides scored
     seeds: tuple[int, ...]
     resamples: int = RESAMPLES
 
@@ -100,23 +100,26 @@ def report_se(predictions: Mapping[Key, Prediction], report: str, metric: str) -
     return bootstrap_se(metric, labels, guesses, n=RESAMPLES, seed=BOOTSTRAP_SEED)
 
 
-def paired_arrays(full: Mapping[Key, Prediction], other: Mapping[Key, Prediction],
-                  reports: Iterable[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(labels, full's predictions, the other's predictions) on the examples of `reports` both scored."""
-    wanted = set(reports)
-    keys = sorted((k for k in full if k[0] in wanted and k in other), key=lambda k: (k[0], k[1], k[2], k[3] or ""))
-    labels = np.array([full[k].label for k in keys])
-    return labels, np.array([full[k].prediction for k in keys]), np.array([other[k].prediction for k in keys])
-
-
 def column_test(variant: str, column: str, metric: str, reports: Sequence[str],
                 full_runs: Mapping[int, Mapping[Key, Prediction]],
                 other_runs: Mapping[int, Mapping[Key, Prediction]]) -> PairedTest | None:
-    """The test of one column over the seeds both variants have; None when they share no example."""
+    """The test of one column over the seeds both variants have, on the examples every one of their runs scored;
+    None when there is none. Each side is the mean of its seeds' metrics, and a resample draws those examples once
+    for every seed (metrics.paired_bootstrap)."""
     seeds = tuple(sorted(set(full_runs) & set(other_runs)))
-    parts = [paired_arrays(full_runs[s], other_runs[s], reports) for s in seeds]
-    labels, full, other = (np.concatenate([p[i] for p in parts]) if parts else np.array([]) for i in range(3))
-    if labels.size == 0:
+    wanted = set(reports)
+    shared = set.intersection(*({k for k in full_runs[s] if k[0] in wanted and k in other_runs[s]} for s in seeds)) \
+        if seeds else set()
+    if not shared:
         return None
+    keys = sorted(shared, key=lambda k: (k[0], k[1], k[2], k[3] or ""))
+    labels = np.array([full_runs[seeds[0]][k].label for k in keys])
+    for s in seeds:
+        for runs in (full_runs, other_runs):
+            if any(runs[s][k].label != label for k, label in zip(keys, labels, strict=True)):
+                raise PredictionsError(f"column {column}: seed {s}'s predictions give an example another label than "
+                                       f"seed {seeds[0]}'s; rerun its fine-tuning jobs")
+    full = np.array([[full_runs[s][k].prediction for k in keys] for s in seeds])
+    other = np.array([[other_runs[s][k].prediction for k in keys] for s in seeds])
     result = paired_bootstrap(metric, labels, full, other, n=RESAMPLES, seed=BOOTSTRAP_SEED)
-    return PairedTest(variant, column, metric, 100.0 * result.difference, result.p_value, int(labels.size), seeds)
+    return PairedTest(variant, column, metric, 100.0 * result.difference, result.p_value, len(keys), seeds)

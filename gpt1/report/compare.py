@@ -110,14 +110,16 @@ def _score(metrics: Mapping[str, Any], report: str) -> tuple[str, float]:
 
 
 def _seed_test(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p of a paired t-test over seeds; None under two pairs (1.0 when they agree exactly)."""
+    """Two-sided p of a paired t-test over seeds; None under two pairs. Where the seeds' differences are all equal
+    (a discrete metric on few examples does that) the t-test is undefined, not p = 0: then the exact sign-flip
+    test's p, 2 / 2**n (1 when they are all 0), as small as n seeds can show without a spread to measure."""
     if len(a) < 2:
         return None
     from scipy import stats
 
     diffs = [y - x for x, y in zip(a, b, strict=True)]
     if all(d == diffs[0] for d in diffs):
-        return 1.0 if diffs[0] == 0 else 0.0
+        return 1.0 if diffs[0] == 0 else min(1.0, 2.0 / 2 ** len(diffs))
     return float(stats.ttest_rel(b, a).pvalue)
 
 

@@ -19,9 +19,9 @@ from gpt1.report.tables import Column, Row, Table, code_name
 SIGNIFICANT = 0.05  # a paired test below it is bold
 TESTS_TITLE = (
     "Paired tests: the full model minus each ablation, in percent points, and the two-sided p-value of a "
-    f"paired bootstrap over the evaluation examples both runs scored ({RESAMPLES} resamples; seeds present "
-    f"in both pooled; {code_name(column_test)}); bold: p < {SIGNIFICANT} (each test on its own, not adjusted for the "
-    "others)."
+    f"paired bootstrap over the evaluation examples both runs scored ({RESAMPLES} resamples; over the seeds "
+    f"present in both, each side the mean of its seeds, the examples drawn once for all; {code_name(column_test)}); "
+    f"bold: p < {SIGNIFICANT} (each test on its own, not adjusted for the others)."
 )
 
 

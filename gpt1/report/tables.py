@@ -148,13 +148,14 @@ class Cell:
 
     value: float | None = None  # percent, unrounded
     sd: float | None = None  # over seeds (None for one seed)
-    se: float | None = None  # standard error of `value`: sd / sqrt(seeds), or for one seed a bootstrap over examples
+    se: float | None = None  # standard error of `value` (our_cell says how)
     seeds: tuple[int, ...] = ()
     paper: float | None = None
     notes: tuple[str, ...] = ()
     ours: bool = False
     compare: bool = True  # False: the paper's number is shown but not subtracted (not the same quantity)
     per_seed: Mapping[int, float] = field(default_factory=dict)  # Table 5's Avg is a mean per seed
+    evaluation_se: float | None = None  # the evaluation examples' part of `se` (a bootstrap over them)
 
     @property
     def shown(self) -> float | None:
@@ -183,15 +184,25 @@ def our_cell(
     paper: float | None,
     notes: Iterable[str],
     compare: bool = True,
-    one_seed_se: float | None = None,
+    evaluation_se: float | None = None,
 ) -> Cell:
-    """Our cell from {seed: percent}; no values: a gap (its notes say why). The standard error is sd / sqrt(n) over
-    several seeds; for one seed, `one_seed_se` (a bootstrap over the evaluation examples) when it is known."""
+    """Our cell from {seed: percent}; no values: a gap (its notes say why). Its standard error holds two noises: the
+    training's, sd / sqrt(n) over n seeds, and the evaluation examples', `evaluation_se` (a bootstrap over them) when
+    it is known. The seeds score the same examples, so averaging seeds does not shrink the second: for one seed the
+    error is `evaluation_se`, for several sqrt(sd**2 / n + evaluation_se**2) (sd / sqrt(n) where it is unknown)."""
     if not values:
         return Cell(paper=paper, notes=tuple(dict.fromkeys(notes)), ours=True, compare=compare)
     mean, sd = mean_sd(list(values.values()))
-    se = sd / math.sqrt(len(values)) if sd is not None else one_seed_se
-    return Cell(mean, sd, se, tuple(sorted(values)), paper, tuple(dict.fromkeys(notes)), True, compare, dict(values))
+    se = evaluation_se if sd is None else math.sqrt(sd * sd / len(values) + (evaluation_se or 0.0) ** 2)
+    return Cell(mean, sd, se, tuple(sorted(values)), paper, tuple(dict.fromkeys(notes)), True, compare, dict(values),
+                evaluation_se)
+
+
+def evaluation_error(errors: Iterable[float | None]) -> float | None:
+    """The evaluation examples' standard error of a mean over seeds from each seed's: their mean (the seeds score the
+    same examples, so their errors are taken as shared, not independent); None when one is unknown."""
+    known = list(errors)
+    return None if not known or any(e is None for e in known) else float(np.mean(known))
 
 
 def column_se(run: Run, column: Column) -> float | None:
@@ -236,7 +247,7 @@ def column_value(run: Run, column: Column) -> float:
 
 def split_notes(column: Column, runs: Mapping[int, Run], beside_paper: bool = True) -> list[str]:
     """Which split each report of the column was scored on; `beside_paper`: and the paper's split and source
-    (Tables 2-4; Table 5's paper numbers are dev-set numbers, said once in its notes)."""
+    (Tables 2-4; Table 5's notes say its paper splits once)."""
     notes = []
     for report, _ in column.components:
         scored = sorted({(r.scores[report].evaluated_on, r.scores[report].examples) for r in runs.values()})
@@ -321,9 +332,9 @@ def task_cell(
     notes = gap_notes(finetuned.gaps_of(column.task, variant))
     if runs:
         notes += split_notes(column, runs, beside_paper) + cut_notes(runs) + subset_notes(runs)
-    one_seed_se = column_se(next(iter(runs.values())), column) if len(runs) == 1 else None
     values = {seed: column_value(run, column) for seed, run in runs.items()}
-    return our_cell(values, paper, notes, one_seed_se=one_seed_se)
+    evaluation_se = evaluation_error(column_se(run, column) for run in runs.values())
+    return our_cell(values, paper, notes, evaluation_se=evaluation_se)
 
 
 def code_name(function: Callable[..., Any]) -> str:
@@ -371,11 +382,11 @@ def average_cell(cells: Mapping[str, Cell], paper: float | None) -> Cell:
     if absent or not seeds:
         why = f"missing columns: {', '.join(absent)}" if absent else "no seed has every column"
         return our_cell({}, paper, [f"{AVG_NOTE} Here: {why}"])
-    errors = [c.se for c in cells.values()]
-    # one seed: the columns' bootstrap errors, combined as independent
-    one_seed_se = mean_se(errors) if len(seeds) == 1 and all(e is not None for e in errors) else None
+    errors = [c.evaluation_se for c in cells.values()]
+    # the columns' evaluation errors, combined as independent (each column scores its own task's examples)
+    evaluation_se = mean_se(errors) if all(e is not None for e in errors) else None
     values = {s: float(np.mean([c.per_seed[s] for c in cells.values()])) for s in sorted(seeds)}
-    return our_cell(values, paper, [AVG_NOTE], one_seed_se=one_seed_se)
+    return our_cell(values, paper, [AVG_NOTE], evaluation_se=evaluation_se)
 
 
 # ---------------------------------------------------------------------------------------------------- tables
@@ -398,9 +409,10 @@ def table_notes(name: str, paper: Mapping[str, Any], seeds: Sequence[int]) -> li
     notes = [
         f"Our rows: percent (MCC, F1 and correlations × 100), one decimal, rounded half up; the mean "
         f"over the seeds present (params.yaml seeds: {', '.join(map(str, seeds))}) ± one standard error: "
-        f"sd / sqrt(seeds) over several seeds; for one seed, a bootstrap over the evaluation examples "
-        f"({RESAMPLES} resamples of the run's predictions; averages combine their columns' errors as "
-        f"independent; the GLUE-style average shows none); in "
+        f"for one seed, a bootstrap over the evaluation examples ({RESAMPLES} resamples of the run's predictions); "
+        f"over several seeds, sd / sqrt(seeds) combined with the seeds' mean bootstrap error (they score the same "
+        f"examples); averages combine their columns' errors as independent; the GLUE-style average has only the "
+        f"seeds' part; in "
         f"brackets the paper's number and Δ = ours - paper, between the printed numbers. {GAP}: no result "
         f"(the footnote names the missing file)."
     ]

@@ -97,7 +97,9 @@ def prepare_task(cfg: Config, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -
         fit = _load(cfg, name, fit_split)
         make = cola_probe if name == "cola" else sst2_calibrated_probe
         probe: ChoiceProbe | ColaProbe | Sst2Probe = make(tokenizer, fit.examples, loaded.examples)
-        info.update(threshold_split=fit_split, threshold_examples=len(fit.examples), threshold_data=fit.describe())
+        if not isinstance(probe, Sst2Probe) or probe.calibrated:  # SST-2's words one token each: no offset to fit
+            info.update(threshold_split=fit_split, threshold_examples=len(fit.examples),
+                        threshold_data=fit.describe())
     else:
         probe = {"race": race_probe, "dprd": dprd_probe}[name](tokenizer, loaded.examples)
     if name == "dprd":
@@ -185,8 +187,9 @@ NOTES = [
     "No fine-tuning: the pre-trained language model alone, with no special tokens (the LM never saw them).",
     "CoLA: the threshold is chosen separately for every snapshot on a seeded subset of the train split "
     "(maximising MCC there), never on the reported split; MCC is reported on {cola_split!r}.",
-    "SST-2: likewise the offset between the two words' log-probabilities (maximising accuracy on train); "
-    "'uncalibrated' is the paper's rule (offset 0), biased when one word has more BPE tokens.",
+    "SST-2: the paper's rule (positive when log p(positive) > log p(negative)) where both words are one BPE token; "
+    "where one spans several (a small vocabulary), which biases that rule towards the shorter, the offset between "
+    "the two words' log-probabilities is chosen likewise on train, and 'uncalibrated' is the paper's rule.",
     "normalised = (raw - random) / (sota - random) with `references` (the paper's Figure 2 scale).",
     "se: the bootstrap standard error over the evaluated examples ({resamples} resamples; the noise of "
     "the examples, for one pre-trained model); p_vs_first: the paired bootstrap p-value of a point "
