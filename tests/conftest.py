@@ -85,19 +85,29 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
     return TinyData(tokenizer, ids, corpus)
 
 
-@pytest.fixture(scope="session")
-def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One sqlite store for the session: creating a store costs seconds, so tests share it. Its experiment is made
-    here with its artifacts beside the store: made by a stage, they would land in the working folder of whichever
-    test ran first (under `pytest -n`, another one per worker and per run), among the files that test reads."""
+def throwaway_store(folder: Path) -> str:
+    """A sqlite store in `folder` whose experiment is made here with its artifacts beside the store: made by a
+    stage, with no artifact location, they would land in ./mlruns of the working folder, the repository's own
+    (the store a user's `mlflow ui` shows), thousands of files a run."""
     import yaml
     from mlflow.tracking import MlflowClient
 
-    folder = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     experiment = yaml.safe_load(PARAMS.read_text())["mlflow"]["experiment"]
     MlflowClient(uri).create_experiment(experiment, artifact_location=(folder / "artifacts").as_uri())
     return uri
+
+
+@pytest.fixture(scope="session")
+def new_store() -> Callable[[Path], str]:
+    """throwaway_store, for a test or fixture that wants a store of its own."""
+    return throwaway_store
+
+
+@pytest.fixture(scope="session")
+def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite store for the session: creating a store costs seconds, so tests share it."""
+    return throwaway_store(tmp_path_factory.mktemp("mlflow"))
 
 
 @pytest.fixture

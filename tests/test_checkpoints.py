@@ -75,6 +75,8 @@ def test_weights_round_trip_without_the_tied_copy(tmp_path: Path) -> None:
     assert other.lm_head.weight is other.tokens_embed.weight
     with pytest.raises(Gpt1Error, match=r"w: weights do not match .*h\.0\.ln_1\.weight is missing"):
         load_weights(other, {k: v for k, v in tensors.items() if k != "h.0.ln_1.weight"}, "w")
+    with pytest.raises(Gpt1Error, match=r"w: weights do not match .*unexpected tensor extra\.weight"):
+        load_weights(other, {**tensors, "extra.weight": torch.zeros(1)}, "w")  # never dropped without a word
 
 
 def test_weights_header_is_canonical(tmp_path: Path) -> None:

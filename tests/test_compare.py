@@ -44,11 +44,11 @@ def small_gpt(tiny_data: TinyData, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trees(tiny_data: TinyData, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def trees(tiny_data: TinyData, tmp_path_factory: pytest.TempPathFactory, new_store) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("compare")
     model, tok = small_gpt(tiny_data, root / "gpt"), tiny_data.tokenizer
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        mp.setenv("MLFLOW_TRACKING_URI", new_store(root))
         return {
             "base": results_tree(root / "base", model, tok),
             # no learning at all: the classifier stays where it was initialised

@@ -243,3 +243,8 @@ def test_params_yaml_is_written_as_dvc_writes_it(tmp_path):
     relayout = ("python -c \"from dvc.utils.serialize import modify_yaml; m = modify_yaml('params.yaml'); "
                 "m.__enter__(); m.__exit__(None, None, None)\"")
     assert len(changed) == 2 and changed[1] == "+      lr: 0.000123", f"lay params.yaml out as DVC does: {relayout}"
+
+
+def test_a_zero_shot_reference_whose_best_is_no_better_than_chance_is_refused():
+    message = error_of(broken(lambda r: r["zeroshot_reference"]["sst2"].update(sota=0.5, random=0.5)))
+    assert message == "zeroshot_reference.sst2.sota: 0.5 must exceed random=0.5"

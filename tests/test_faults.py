@@ -10,8 +10,10 @@ pipeline).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -88,8 +90,14 @@ def test_a_full_disk_mid_fan_out_fails_in_one_line_and_the_rerun_completes_with_
 
 
 def start_snakemake(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    """Snakemake in a process group of its own, which `stop_group` ends with its jobs."""
     return subprocess.Popen([*SNAKEMAKE, *args], cwd=root, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -116,14 +124,20 @@ def test_two_pipelines_at_once_share_the_checkout_and_the_store_and_a_true_colli
     # Targets before --config, which takes every word after it
     first = start_snakemake(root, env, f"results/smoke/{job}/metrics.json", "--cores", "1", "--config",
                             "profile=smoke")
-    locks = root / ".snakemake" / "locks"
-    deadline = time.monotonic() + 300
-    while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    clash = snakemake(root, env, f"results/smoke/{job}/metrics.json", "--cores", "1", "--config", "profile=smoke")
-    second = start_snakemake(root, env, f"results/smoke_b/{job}/metrics.json", "--cores", "1", "--config",
-                             "profile=smoke_b")
-    outputs = [process.communicate(timeout=1800)[0] for process in (first, second)]
+    started = [first]
+    try:
+        locks = root / ".snakemake" / "locks"
+        deadline = time.monotonic() + 300
+        while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        clash = snakemake(root, env, f"results/smoke/{job}/metrics.json", "--cores", "1", "--config", "profile=smoke")
+        second = start_snakemake(root, env, f"results/smoke_b/{job}/metrics.json", "--cores", "1", "--config",
+                                 "profile=smoke_b")
+        started.append(second)
+        outputs = [process.communicate(timeout=1800)[0] for process in (first, second)]
+    finally:  # a time-out above leaves neither Snakemake nor a job of theirs running
+        for process in started:
+            stop_group(process)
     assert [first.returncode, second.returncode] == [0, 0], "\n".join(o[-3000:] for o in outputs)
 
     said = clash.stdout + clash.stderr

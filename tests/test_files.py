@@ -80,7 +80,7 @@ def test_a_publication_refuses_to_find_an_output_it_does_not_hold(tmp_path: Path
 
 def test_a_rename_that_fails_leaves_no_temporary_file_behind(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()  # a folder where the second output goes: its rename fails
-    with pytest.raises(OSError), staged_outputs(tmp_path / "a", tmp_path / "b", tmp_path / "c") as temps:
+    with pytest.raises(IsADirectoryError), staged_outputs(tmp_path / "a", tmp_path / "b", tmp_path / "c") as temps:
         for temp in temps:
             temp.write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # renames are not atomic together; temps gone

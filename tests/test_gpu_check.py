@@ -339,7 +339,9 @@ def test_dag_stops_snakemake_with_its_jobs(tmp_path: Path, monkeypatch) -> None:
     pid_file = tmp_path / "job.pid"
     child = subprocess.Popen(["sh", "-c", f"sh -c 'trap \"\" TERM; echo $$ > {pid_file}; sleep 60' & wait"],
                              start_new_session=True)
+    deadline = time.monotonic() + 60
     while not pid_file.is_file() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the job never wrote its pid"
         time.sleep(0.05)
     job = int(pid_file.read_text())
     dag.stop(child)

@@ -8,6 +8,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from gpt1.evaluation.metrics import (
     GLUE_COMPONENTS,
     accuracy,
+    bootstrap_se,
     compute,
     f1,
     glue_average,
@@ -141,3 +142,11 @@ def test_bootstrap_refuses_runs_of_another_shape(shape):
     y = RNG.integers(0, 2, 120)
     with pytest.raises(MetricError):
         paired_bootstrap("accuracy", y, np.zeros(shape), y, n=10)
+
+
+def test_bootstraps_refuse_too_few_resamples():
+    y = RNG.integers(0, 2, 20)
+    with pytest.raises(MetricError, match="n must be at least 1"):
+        paired_bootstrap("accuracy", y, y, y, n=0)
+    with pytest.raises(MetricError, match="n must be at least 2"):
+        bootstrap_se("accuracy", y, y, n=1)

@@ -31,9 +31,9 @@ TEXTS = ["The old man walked to the harbour and looked at the boats.", "Rain."]
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def store(tmp_path_factory: pytest.TempPathFactory, new_store) -> Iterator[str]:
     """A store of this module's own: it holds exactly the runs and model versions made here."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow_models') / 'mlflow.db'}"
+    uri = new_store(tmp_path_factory.mktemp("mlflow_models"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         yield uri

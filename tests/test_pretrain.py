@@ -6,6 +6,7 @@ they pay python + torch + mlflow start-up several times."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
@@ -30,7 +31,14 @@ from gpt1.pipeline import layout
 from gpt1.pipeline.errors import Gpt1Error
 from gpt1.pipeline.files import file_record, sha256_file
 from gpt1.stages.pretrain import declared_outputs, pretrain_stage
-from gpt1.training.pretraining import cosine_lr_factor, make_optimizer, make_plan, make_scheduler, snapshot_steps
+from gpt1.training.pretraining import (
+    cosine_lr_factor,
+    make_optimizer,
+    make_plan,
+    make_scheduler,
+    micro_seed,
+    snapshot_steps,
+)
 from gpt1.training.resume import LATEST
 
 PRETRAIN = tiny_config().section("pretrain")
@@ -223,6 +231,22 @@ def test_lstm_trains_on_its_own_batch_and_refuses_hf_export(
     assert isinstance(model, LSTMLM) and meta["kind"] == "lstm"
     with pytest.raises(Gpt1Error, match="no OpenAIGPT counterpart"):
         export_stage(cfg, tmp_path / "lstm", tmp_path / "hf", "hf")
+
+
+def test_a_gradient_clip_bounds_the_update_only_when_it_bites(tiny_data: TinyData, tmp_path: Path,
+                                                               mlflow_env: str) -> None:
+    """pretrain.grad_clip: a bound far above the gradients' norm changes no bit; one far below it changes the
+    weights (the default profile clips at 1.0; smoke does not clip)."""
+    def trained(clip: str) -> dict[str, torch.Tensor]:
+        out = tmp_path / clip
+        pretrain_stage(tiny_config("pretrain.max_steps=2", "pretrain.snapshots=2", f"pretrain.grad_clip={clip}"),
+                       "gpt", tiny_data.ids, tiny_data.tokenizer, out)
+        return weights(out / "model.safetensors")
+
+    unclipped = trained("null")
+    assert_bit_equal(trained("1.0e+9"), unclipped)
+    clipped = trained("1.0e-9")
+    assert any(not torch.equal(clipped[k], unclipped[k]) for k in unclipped)
 
 
 # ------------------------------------------------------------------------------------------------ refusals
@@ -515,7 +539,7 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_ends_like_an_uninterrupted_r
 
     killed = tmp_path / "killed"
     group = subprocess.Popen(torchrun(killed, 1), env=env, cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while not (killed / layout.RESUME / LATEST).exists():
@@ -526,8 +550,9 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_ends_like_an_uninterrupted_r
         assert victim is not None, "no worker of rank 1 found"
         os.kill(victim, signal.SIGKILL)
         output, _ = group.communicate(timeout=600)
-    finally:
-        group.kill()
+    finally:  # torchrun and its ranks: a failed assertion above leaves none running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group.pid, signal.SIGKILL)
     assert group.returncode == 0, output[-3000:]
     step = int(output.split("resuming from the checkpoint at step ")[1].split()[0])
     assert 0 < step < 400
@@ -537,3 +562,11 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_ends_like_an_uninterrupted_r
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert (killed / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
     assert read_curves(killed) == read_curves(reference)
+
+
+def test_every_micro_batch_of_every_update_draws_its_own_dropout():
+    """micro_seed: one seed per (update, micro-batch), so no two micro-batches share dropout masks; and the seed of
+    the run moves them all."""
+    seeds = {micro_seed(0, step, index) for step in range(50) for index in range(8)}
+    assert len(seeds) == 400
+    assert seeds.isdisjoint(micro_seed(1, step, index) for step in range(50) for index in range(8))

@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import math
+import shutil
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -648,7 +649,7 @@ def test_a_failure_while_rendering_leaves_the_previous_outputs(tmp_path: Path, m
         raise RuntimeError("boom")
 
     monkeypatch.setitem(FIGURE_BUILDERS, "pretraining", broken)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="boom"):
         render_report(config(), results, out)
     assert {p: p.read_bytes() for p in declared_outputs(out)} == before
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted(p.name for p in before)
@@ -700,13 +701,13 @@ def test_the_report_run_logs_the_curated_metrics_that_exist() -> None:
     assert (*CURATED_METRICS, "gaps") == VIEW_METRICS  # every one a column of the views, in this order
 
 
-def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_report_run_becomes_the_parent_of_its_pipeline_runs(tmp_path: Path, monkeypatch, capsys, new_store) -> None:
     from mlflow.tracking import MlflowClient
 
     from gpt1.pipeline.tracking import PIPELINE_RUN_ENV, stage_run
     from gpt1.report.stage import report_stage
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     cfg = config()
     experiment = cfg.root["mlflow"]["experiment"]
@@ -811,22 +812,42 @@ def test_one_seed_cells_carry_a_bootstrap_standard_error_from_the_predictions(tm
 
 def test_over_seeds_a_cell_counts_the_evaluation_examples_noise_beside_the_seeds_spread(tmp_path: Path) -> None:
     """Two seeds on the same 400 examples: their spread alone (sd / sqrt(2) = 1.0 point) would hide the examples'
-    noise (2.2 points, shared by the seeds); the error is sqrt(1.0**2 + 2.2**2) = 2.4."""
+    noise (2.2 and 1.5 points, shared by the seeds: their mean); the error is sqrt(1.0**2 + mean**2)."""
     from test_significance import write_predictions
+
+    from gpt1.evaluation.metrics import bootstrap_se
+    from gpt1.evaluation.significance import BOOTSTRAP_SEED, RESAMPLES
 
     results, out = tmp_path / "results", tmp_path / "out"
     cfg = config(seeds=[0, 1])
     write_everything(results, cfg)
-    rows = [("rte", i, i % 2, (i % 2) if i % 4 else 1 - i % 2) for i in range(400)]  # 75% right
+    right_every = {0: 4, 1: 10}  # seed 0 wrong on every 4th example (75% right), seed 1 on every 10th (90%)
+    errors = []
     for seed, accuracy in ((0, 0.74), (1, 0.76)):
         write_metrics(results, "rte", "pretrained", seed, values={"rte": {"accuracy": accuracy}})
+        rows = [("rte", i, i % 2, (i % 2) if i % right_every[seed] else 1 - i % 2) for i in range(400)]
         predictions = results / "finetune" / "rte" / "pretrained" / str(seed) / "predictions.jsonl"
         write_predictions(predictions, rows)
         record_beside(predictions, "metrics.json")
+        errors.append(100 * bootstrap_se("accuracy", [r[2] for r in rows], [r[3] for r in rows], RESAMPLES,
+                                         BOOTSTRAP_SEED))
     render_report(cfg, results, out)
     cell = cells(out, "table5")[("ours: Transformer w/ aux LM (full)", "rte")]
     assert (cell["value"], cell["sd"]) == ("75.0", "1.4")
-    assert float(cell["se"]) == pytest.approx(2.4, abs=0.2)
+    assert errors[0] > errors[1] + 0.5  # the two seeds' errors differ: their mean is no max or min
+    assert float(cell["se"]) == pytest.approx(math.sqrt(1.0 + ((errors[0] + errors[1]) / 2) ** 2), abs=0.06)
+
+
+def test_table5s_average_counts_only_the_seeds_every_column_has(tmp_path: Path) -> None:
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0, 1])
+    write_everything(results, cfg)
+    shutil.rmtree(results / "finetune" / "cola" / "pretrained" / "1")  # CoLA's seed 1 never ran
+    render_report(cfg, results, out)
+    table = cells(out, "table5")
+    assert table[("ours: Transformer w/ aux LM (full)", "cola")]["seeds"] == "0"
+    assert table[("ours: Transformer w/ aux LM (full)", "sst2")]["seeds"] == "0 1"
+    assert table[("ours: Transformer w/ aux LM (full)", "avg")]["seeds"] == "0"
 
 
 def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():

@@ -37,7 +37,9 @@ def test_always_right_against_always_wrong_is_significant(tmp_path: Path) -> Non
 
 def test_pairs_are_joined_by_example_never_by_position(tmp_path: Path) -> None:
     full = read_predictions(write_predictions(tmp_path / "a.jsonl", [("mrpc", i, 1, 1) for i in (3, 1, 2)]))
-    # the other run lists the examples in another order and has one more (index 9) that full never scored
+    # the other run lists the examples in another order and has one more (index 9) that full never scored; full has
+    # one (index 7) that the other never scored
+    full = {**full, **read_predictions(write_predictions(tmp_path / "a7.jsonl", [("mrpc", 7, 1, 0)]))}
     rows = [("mrpc", i, 1, int(i == 2)) for i in (9, 2, 1, 3)]
     other = read_predictions(write_predictions(tmp_path / "b.jsonl", rows))
     test = column_test("scratch", "mrpc", "accuracy", ["mrpc"], {0: full}, {0: other})
@@ -74,6 +76,8 @@ def test_seeds_that_disagree_on_a_label_are_an_error(tmp_path: Path) -> None:
     b = read_predictions(write_predictions(tmp_path / "b.jsonl", [("rte", i, 1, 0) for i in range(5)]))
     with pytest.raises(PredictionsError, match="seed 1's predictions give an example another label"):
         column_test("scratch", "rte", "accuracy", ["rte"], {0: a, 1: b}, {0: a, 1: b})
+    with pytest.raises(PredictionsError, match="seed 0's predictions give an example another label"):
+        column_test("scratch", "rte", "accuracy", ["rte"], {0: a}, {0: b})  # the ablation's side too
 
 
 def test_seeds_pool_and_a_column_pools_its_reports(tmp_path: Path) -> None:

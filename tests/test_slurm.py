@@ -14,6 +14,7 @@ where the plugin is missing or Slurm cannot start.
 
 from __future__ import annotations
 
+import getpass
 import importlib.util
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,8 +107,20 @@ def requeue_when_held(pipeline: subprocess.Popen, marker: Path) -> tuple[str, st
 
 
 @pytest.fixture(scope="module")
-def slurm_run(tmp_path_factory) -> SlurmRun:
-    slurm_cluster()
+def cluster() -> Iterator[str]:
+    """The cluster for this module's tests; after them no job of theirs is left queued or running, and a cluster
+    this module started is stopped (one it found up is left up)."""
+    how = slurm_cluster()
+    try:
+        yield how
+    finally:
+        subprocess.run(["scancel", f"--user={getpass.getuser()}"], capture_output=True)
+        if how == "started":
+            subprocess.run([CLUSTER, "down"], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster: str, tmp_path_factory) -> SlurmRun:
     env = user_env()
     root = smoke_checkout(tmp_path_factory.mktemp("slurm"), env, ablation_tasks=["rte"])
     hook = tmp_path_factory.mktemp("hold")

@@ -18,7 +18,7 @@ from torch import nn
 
 from gpt1.data.rows import Example
 from gpt1.data.tokenizer import train
-from gpt1.evaluation.metrics import bootstrap_se, matthews
+from gpt1.evaluation.metrics import accuracy, bootstrap_se, matthews
 from gpt1.evaluation.probes import (
     ChoiceProbe,
     Scored,
@@ -248,6 +248,8 @@ def test_choose_threshold_maximises_mcc():
     assert (threshold, mcc) == (-2.5, 1.0)
     threshold, mcc = choose_threshold(np.array([-1.0, -1.0]), np.array([1, 0]))  # nothing separates them
     assert mcc == 0.0 and threshold < -1.0
+    # 1.5 and 3.5 both give 3 of 4 right: the tie goes to the lowest
+    assert choose_threshold(np.array([1.0, 2.0, 3.0, 4.0]), np.array([0, 1, 0, 1]), metric=accuracy) == (1.5, 0.75)
 
 
 def test_cola_threshold_comes_from_the_separate_split_and_mcc_from_the_reported_one(tok):
