@@ -171,9 +171,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     started = mlflow_server_command("up", state)
     if started.returncode != 0:
         pytest.skip(f"PostgreSQL and mlflow server cannot start here: {started.stderr.strip()[-500:]}")
-    recorded = json.loads((state / "server.json").read_text())
-    assert started.stdout.strip() == f"export MLFLOW_TRACKING_URI={recorded['uri']}"
-    try:
+    try:  # from here the servers run: a failed check below stops them too
+        recorded = json.loads((state / "server.json").read_text())
+        assert started.stdout.strip() == f"export MLFLOW_TRACKING_URI={recorded['uri']}"
         yield {**recorded, "state": state}
     finally:
         if (state / "server.json").exists():

@@ -79,6 +79,18 @@ def test_weights_round_trip_without_the_tied_copy(tmp_path: Path) -> None:
         load_weights(other, {**tensors, "extra.weight": torch.zeros(1)}, "w")  # never dropped without a word
 
 
+def test_a_lone_weights_file_is_read_by_its_own_metadata(tmp_path: Path) -> None:
+    """A snapshot copied away from its run (no model.json near it): the file's metadata gives config and step."""
+    torch.manual_seed(0)
+    config = model_config("gpt", MODEL, 50)
+    model = build_model("gpt", config)
+    save_weights(model, tmp_path / "03.safetensors", weights_metadata("gpt", config, "f" * 64, step=7, tokens=56))
+    loaded, meta = load_pretrained(tmp_path / "03.safetensors")
+    assert (meta["kind"], meta["step"], meta["tokens"], meta["tokenizer_sha256"]) == ("gpt", 7, 56, "f" * 64)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(),
+                                                 strict=True))
+
+
 def test_weights_header_is_canonical(tmp_path: Path) -> None:
     model = build_model("lstm", model_config("lstm", MODEL, 50))
     save_weights(model, tmp_path / "w.safetensors", {"z": "1", "a": "2"})

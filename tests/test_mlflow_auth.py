@@ -34,8 +34,8 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     started = mlflow_server_command("up", state, "--auth")
     if started.returncode != 0:
         pytest.skip(f"PostgreSQL and mlflow server cannot start here: {started.stderr.strip()[-500:]}")
-    recorded = json.loads((state / "server.json").read_text())
-    try:
+    try:  # from here the servers run: a failed read below stops them too
+        recorded = json.loads((state / "server.json").read_text())
         yield {**recorded, "state": state, "stdout": started.stdout, "stderr": started.stderr,
                "user": read_env_file(state / "credentials.env"), "admin": read_env_file(state / "admin.env")}
     finally:

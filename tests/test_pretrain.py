@@ -196,6 +196,8 @@ def test_finished_run_leaves_exactly_the_declared_outputs(trained_gpt: Path) -> 
     index = json.loads((trained_gpt / "snapshots" / "index.json").read_text())
     assert [s["step"] for s in index] == snapshot_steps(12, 3) == [1, 3, 12]
     assert index[-1]["val_loss"] == pytest.approx(metrics["val_loss"])
+    # every snapshot is evaluated where it is taken (steps 1 and 3 are no eval_every step): its own loss each
+    assert all(math.isfinite(s["val_loss"]) for s in index) and len({s["val_loss"] for s in index}) == 3
     assert_bit_equal(weights(trained_gpt / "snapshots" / "02.safetensors"), weights(trained_gpt / "model.safetensors"))
 
 

@@ -393,3 +393,16 @@ def test_stage_refuses_a_folder_without_snapshots_or_of_another_tokenizer(tiny_d
     with pytest.raises(Gpt1Error, match=r"tokenizer_sha256 0{64} differs"):
         zeroshot_stage(cfg, model_dir, tiny_data.tokenizer, out)
     assert not out.exists()
+
+
+def test_truncated_rows_are_counted_in_every_part_of_a_probe():
+    """zeroshot.json's truncated_rows: rows whose prefix lost its beginning to n_ctx, over the fit split too."""
+    from gpt1.evaluation.probes import ColaProbe, Sst2Probe, count_truncated
+
+    short, long = [1, 1], [1] * 10  # with a 2-token continuation: 4 tokens fit 8, 12 do not
+    choice = ChoiceProbe([short, long, short, short], [[2, 2]] * 4, 2, np.array([0, 1]), "sum")
+    assert count_truncated(choice, 8) == 1
+    assert count_truncated(Sst2Probe(fit=choice, test=choice), 8) == 2
+    cola = ColaProbe([5], [long], np.array([1]), [short, long, long], np.array([0, 1, 1]))
+    assert count_truncated(cola, 8) == 3
+    assert count_truncated(cola, 64) == count_truncated(choice, 64) == 0
