@@ -52,7 +52,15 @@ def complement(n: int, taken: np.ndarray) -> np.ndarray:
 def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed: int) -> list[HeldOut]:
     """The four probes on examples the zero-shot stage never reports (see the module's docstring)."""
     from gpt1.data.rows import cap_positions, load_examples
-    from gpt1.evaluation.probes import TASK_ORDER, TaskData, cola_probe, dprd_probe, race_probe, sst2_calibrated_probe
+    from gpt1.evaluation.probes import (
+        TASK_ORDER,
+        TaskData,
+        cola_probe,
+        dprd_probe,
+        race_probe,
+        sst2_needs_offset,
+        sst2_offset_probe,
+    )
     from gpt1.pipeline.config import load_config
 
     references = load_config(REPO / "params.yaml", "default").root["zeroshot_reference"]
@@ -62,8 +70,11 @@ def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed:
         if name in ("cola", "sst2"):
             fit_at = cap_positions(np.arange(len(pool)), fit, seed)  # the stage's own fit subset
             test_at = cap_positions(complement(len(pool), fit_at), examples, seed)
-            make = cola_probe if name == "cola" else sst2_calibrated_probe
-            probe = make(tokenizer, [pool[i] for i in fit_at], [pool[i] for i in test_at])
+            fit_rows, test_rows = [pool[i] for i in fit_at], [pool[i] for i in test_at]
+            if name == "cola":
+                probe = cola_probe(tokenizer, fit_rows, test_rows)
+            else:  # the stage's rule: an offset fitted only where a label word spans several tokens
+                probe = sst2_offset_probe(tokenizer, test_rows, fit_rows if sst2_needs_offset(tokenizer) else None)
         elif name == "race":
             probe = race_probe(tokenizer, [pool[i] for i in cap_positions(np.arange(len(pool)), examples, seed)])
         else:  # dprd: its one split is the reported one; keep what the stage's subset leaves

@@ -7,6 +7,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from gpt1.evaluation.metrics import (
     GLUE_COMPONENTS,
+    PairedPart,
     accuracy,
     bootstrap_se,
     compute,
@@ -14,6 +15,7 @@ from gpt1.evaluation.metrics import (
     glue_average,
     matthews,
     paired_bootstrap,
+    paired_bootstrap_combined,
     pearson,
     percent,
     spearman,
@@ -150,3 +152,39 @@ def test_bootstraps_refuse_too_few_resamples():
         paired_bootstrap("accuracy", y, y, y, n=0)
     with pytest.raises(MetricError, match="n must be at least 2"):
         bootstrap_se("accuracy", y, y, n=1)
+
+
+def test_a_combined_bootstrap_of_one_part_is_the_paired_bootstrap():
+    y = RNG.integers(0, 2, 90)
+    a, b = np.where(RNG.random(90) < 0.8, y, 1 - y), np.where(RNG.random(90) < 0.6, y, 1 - y)
+    one = paired_bootstrap_combined([PairedPart("accuracy", y, a, b)], n=200, seed=3)
+    assert one == paired_bootstrap("accuracy", y, a, b, n=200, seed=3)
+
+
+def test_a_combined_bootstrap_weighs_its_parts_and_draws_each_on_its_own():
+    """Table 5's Avg: the weighted sum of the parts' differences, observed and under each resample, where every
+    part's examples are drawn anew from its own set (here checked draw for draw against a hand-written loop)."""
+    y1, y2 = RNG.integers(0, 2, 50), RNG.uniform(0, 5, 70)
+    a1, b1 = np.where(RNG.random(50) < 0.9, y1, 1 - y1), np.where(RNG.random(50) < 0.5, y1, 1 - y1)
+    a2, b2 = y2 + RNG.normal(0, 0.5, 70), y2 + RNG.normal(0, 2.0, 70)
+    parts = [PairedPart("accuracy", y1, a1, b1, weight=0.25), PairedPart("pearson", y2, a2, b2, weight=0.75)]
+    result = paired_bootstrap_combined(parts, n=100, seed=7)
+
+    def diff(i1, i2):
+        return (0.25 * (accuracy(y1[i1], a1[i1]) - accuracy(y1[i1], b1[i1]))
+                + 0.75 * (pearson(y2[i2], a2[i2]) - pearson(y2[i2], b2[i2])))
+
+    observed = diff(slice(None), slice(None))
+    rng = np.random.default_rng(7)
+    deltas = np.array([diff(rng.integers(0, 50, 50), rng.integers(0, 70, 70)) for _ in range(100)])
+    assert result.difference == pytest.approx(observed)
+    assert result.mean_difference == pytest.approx(deltas.mean())
+    assert result.p_value == (1 + np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12)) / 101
+
+
+def test_a_combined_bootstrap_of_identical_systems_gives_p_one_and_refuses_no_parts():
+    y = RNG.integers(0, 2, 40)
+    same = paired_bootstrap_combined([PairedPart("accuracy", y, y, y), PairedPart("f1", y, 1 - y, 1 - y)], n=20)
+    assert same.difference == 0.0 and same.p_value == 1.0
+    with pytest.raises(MetricError, match="no evaluation sets"):
+        paired_bootstrap_combined([], n=20)

@@ -769,6 +769,35 @@ def test_table5_tests_the_full_model_against_each_ablation_on_paired_predictions
     assert 'col8 significant" >+50.0 (p 0.00' in (out / "tables" / "table5.html").read_text()  # RTE's column
     # no predictions for the other pairs: said, not invented
     assert "RTE (acc): full vs no_aux not tested" in markdown and "CoLA (mc): full vs lstm not tested" in markdown
+    assert "Avg: full vs lstm not tested, a column has nothing to pair" in markdown  # an average of 1 column is not
+
+
+def test_table5_tests_the_average_where_every_column_has_predictions(tmp_path: Path) -> None:
+    """Full vs LSTM on all 8 columns: the Avg test's difference is the mean of the columns' (MNLI's two reports the
+    same size, so its pooled test is their mean too), and the tests' table gains an Avg column."""
+    from test_significance import write_predictions
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    cfg = config(seeds=[0])
+    write_everything(results, cfg)
+    rng = np.random.default_rng(5)
+    reports = {"cola": ["cola"], "sst2": ["sst2"], "mrpc": ["mrpc"], "stsb": ["stsb"], "qqp": ["qqp"],
+               "mnli": ["mnli_m", "mnli_mm"], "qnli": ["qnli"], "rte": ["rte"]}
+    for task, names in reports.items():
+        labels = rng.integers(0, 2, 30)
+        for variant, right in (("pretrained", 0.8), ("lstm", 0.6)):
+            guesses = np.where(rng.random(30) < right, labels, 1 - labels)
+            path = results / "finetune" / task / variant / "0" / "predictions.jsonl"
+            write_predictions(path, [(r, i, int(labels[i]), int(guesses[i])) for r in names for i in range(30)])
+            record_beside(path, "metrics.json")
+    render_report(cfg, results, out)
+    table = cells(out, "table5")
+    columns = [float(table[("full vs lstm", key)]["value_exact"]) for key in reports]
+    average = table[("full vs lstm", "avg")]
+    assert float(average["value_exact"]) == pytest.approx(np.mean(columns), abs=1e-3)
+    assert average["examples"] == str(30 * 9) and 0 < float(average["p_value"]) <= 1
+    header = next(row for row in markdown_rows((out / "tables" / "table5.md").read_text()) if row[0] == "Comparison")
+    assert header[-2:] == ["RTE (acc)", "Avg"]
 
 
 def test_changed_metrics_and_predictions_are_refused_by_their_records(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpt1.evaluation.metrics import matthews
-from gpt1.evaluation.significance import column_test, read_predictions
+from gpt1.evaluation.metrics import accuracy, matthews
+from gpt1.evaluation.significance import ColumnRuns, average_test, column_test, read_predictions
 from gpt1.pipeline.errors import PredictionsError
 
 
@@ -93,6 +93,42 @@ def test_seeds_pool_and_a_column_pools_its_reports(tmp_path: Path) -> None:
 def test_nothing_to_pair_is_no_test(tmp_path: Path) -> None:
     a = read_predictions(write_predictions(tmp_path / "a.jsonl", [("cola", 0, 1, 1)]))
     assert column_test("lstm", "cola", "mcc", ["cola"], {0: a}, {}) is None
+
+
+def test_the_average_test_averages_the_columns_as_table5s_avg_does(tmp_path: Path) -> None:
+    """Avg = the mean of the columns, MNLI the mean of its two reports (not their pooled examples: here 10 matched,
+    30 mismatched): the test's difference is that of the two rows' Avg cells, on the seeds both have everywhere."""
+    def runs(name: str, rows: list[tuple[str, int, int, int]], seeds=(0,)) -> dict:
+        path = write_predictions(tmp_path / f"{name}.jsonl", rows)
+        return {s: read_predictions(path) for s in seeds}
+
+    rte_labels = [i % 2 for i in range(20)]
+    rte_full, rte_other = [i % 2 for i in range(20)], [0] * 20  # 100% against 50%
+    mnli = [("mnli_m", i, 0, 0) for i in range(10)] + [("mnli_mm", i, 0, 0) for i in range(30)]
+    mnli_other = [("mnli_m", i, 0, 1) for i in range(10)] + [("mnli_mm", i, 0, int(i < 15)) for i in range(30)]
+    columns = [
+        ColumnRuns((("rte", "accuracy"),), runs("rf", [("rte", i, rte_labels[i], rte_full[i]) for i in range(20)]),
+                     runs("ro", [("rte", i, rte_labels[i], rte_other[i]) for i in range(20)])),
+        ColumnRuns((("mnli_m", "accuracy"), ("mnli_mm", "accuracy")), runs("mf", mnli, seeds=(0, 1)),
+                     runs("mo", mnli_other)),
+    ]
+    test = average_test("lstm", "avg", columns)
+    rte_diff = accuracy(rte_labels, rte_full) - accuracy(rte_labels, rte_other)
+    mnli_diff = ((1.0 - 0.0) + (1.0 - 0.5)) / 2  # matched 100 vs 0, mismatched 100 vs 50; pooled would say 0.625
+    assert test.difference == pytest.approx(100.0 * (rte_diff + mnli_diff) / 2)
+    assert (test.column, test.metric, test.examples, test.seeds) == ("avg", "average", 60, (0,))
+    assert test.p_value < 0.01
+    same = average_test("lstm", "avg", [ColumnRuns(c.components, c.full_runs, c.full_runs) for c in columns])
+    assert same.difference == 0.0 and same.p_value == 1.0
+
+
+def test_an_average_with_a_column_that_has_nothing_to_pair_is_no_test(tmp_path: Path) -> None:
+    a = read_predictions(write_predictions(tmp_path / "a.jsonl", [("rte", i, 1, 1) for i in range(5)]))
+    rte = ColumnRuns((("rte", "accuracy"),), {0: a}, {0: a})
+    assert average_test("lstm", "avg", [rte]) is not None
+    assert average_test("lstm", "avg", [rte, ColumnRuns((("cola", "mcc"),), {0: a}, {0: a})]) is None  # no cola rows
+    assert average_test("lstm", "avg", [rte, ColumnRuns((("rte", "accuracy"),), {0: a}, {1: a})]) is None  # seeds
+    assert average_test("lstm", "avg", []) is None
 
 
 @pytest.mark.parametrize(("line", "key"), [('{"report": "sst2", "split": "v", "index": 0, "label": 1}', "prediction"),

@@ -140,11 +140,14 @@ def test_the_saved_views_come_back_and_a_users_description_stays(tmp_path, monke
     client.set_experiment_tag(experiment, VIEW_TAG_PREFIX + "gpt1-reports", json.dumps({**before["gpt1-reports"],
                                                                                         "state": "{}"}))
     client.set_experiment_tag(experiment, NOTE_TAG, "my notes")
-    time.sleep(0.01)
-    assert ensure_experiment("kept") == experiment
+    later = before["gpt1-pipelines"]["createdAt"] / 1000 + 60  # the clock a minute on: a view written again says so
+    with pytest.MonkeyPatch.context() as clock:
+        clock.setattr(time, "time", lambda: later)
+        assert ensure_experiment("kept") == experiment
     after = _views(client, "kept")
     assert {view: saved["state"] for view, saved in after.items()} == {v: s["state"] for v, s in before.items()}
-    assert after["gpt1-pipelines"]["createdAt"] > before["gpt1-pipelines"]["createdAt"]  # written again
+    assert after["gpt1-pipelines"]["createdAt"] == int(later * 1000)  # written again
+    assert after["gpt1-reports"]["createdAt"] == int(later * 1000)  # its old state replaced
     assert client.get_experiment_by_name("kept").tags[NOTE_TAG] == "my notes"
     ensure_experiment("kept")
     assert _views(client, "kept") == after  # up to date: not rewritten

@@ -33,7 +33,8 @@ from gpt1.evaluation.probes import (
     predict_choices,
     pronoun_span,
     race_probe,
-    sst2_calibrated_probe,
+    sst2_needs_offset,
+    sst2_offset_probe,
     sst2_probe,
     task_result,
 )
@@ -161,7 +162,7 @@ def biased_sst2(tok, negative_tokens: int = 1):
     """An LM that prefers "positive" after every sentence, more after good ones, and its probe (fit: 4 sentences,
     test: 3); `negative_tokens` 2 spells "negative" as two tokens, as a small vocabulary does."""
     good, bad = example(("the film was good .",), 1), example(("the film was bad .",), 0)
-    probe = sst2_calibrated_probe(tok, [good, bad, good, bad], [good, bad, bad])
+    probe = sst2_offset_probe(tok, [good, bad, bad], [good, bad, good, bad] if negative_tokens > 1 else None)
     assert all(p[-1] == tid(tok, "very") for p in probe.test.prefixes)  # the real probe: sentence + " very"
     negative = [tid(tok, "negative"), tid(tok, ".")][:negative_tokens]
 
@@ -170,7 +171,8 @@ def biased_sst2(tok, negative_tokens: int = 1):
         return dataclasses.replace(part, prefixes=[[tid(tok, "good") if label else tid(tok, "bad")]
                                                    for label in part.labels for _ in range(part.n_options)],
                                    continuations=[negative, [tid(tok, "positive")]] * len(part.labels))
-    probe = dataclasses.replace(probe, fit=by_sentiment_word(probe.fit), test=by_sentiment_word(probe.test))
+    probe = dataclasses.replace(probe, fit=probe.fit and by_sentiment_word(probe.fit),
+                                test=by_sentiment_word(probe.test))
     model = lm(tok)
     positive = tid(tok, "positive")
     model.prefer(tid(tok, "good"), positive, 6.0)
@@ -186,6 +188,15 @@ def test_sst2_scores_the_papers_rule_where_both_words_are_one_token(tok):
     scored = evaluate_sst2(model, probe)
     assert scored.details == {"offset": 0.0} and scored.raw == pytest.approx(1 / 3)
     assert scored.predictions.tolist() == [1, 1, 1]
+
+
+def test_sst2_needs_an_offset_only_where_a_label_word_spans_several_tokens(tok):
+    """`tok` spells both words as one token (as the paper's 40k vocabulary does); a vocabulary that never saw
+    "negative" spells it in pieces."""
+    assert not sst2_needs_offset(tok)
+    small = train(["the film was very positive ."] * 8, "fast", merges=60, limit_alphabet=60, min_frequency=1)
+    assert len(small.encode("positive")) == 1 and len(small.encode("negative")) > 1
+    assert sst2_needs_offset(small)
 
 
 def test_sst2_offset_from_train_undoes_the_bias_of_a_word_of_several_tokens(tok):
@@ -403,6 +414,32 @@ def test_truncated_rows_are_counted_in_every_part_of_a_probe():
     choice = ChoiceProbe([short, long, short, short], [[2, 2]] * 4, 2, np.array([0, 1]), "sum")
     assert count_truncated(choice, 8) == 1
     assert count_truncated(Sst2Probe(fit=choice, test=choice), 8) == 2
+    assert count_truncated(Sst2Probe(test=choice), 8) == 1
     cola = ColaProbe([5], [long], np.array([1]), [short, long, long], np.array([0, 1, 1]))
     assert count_truncated(cola, 8) == 3
     assert count_truncated(cola, 64) == count_truncated(choice, 64) == 0
+
+
+def test_sst2_reads_its_train_split_only_where_an_offset_is_fitted(tok, monkeypatch):
+    """With both label words one token each the stage scores the paper's rule and never loads SST-2's train split
+    (zeroshot.json names no threshold split); with a word in pieces it fits the offset on train and says so."""
+    from gpt1.data.rows import load_examples
+    from gpt1.stages import zeroshot
+
+    read: list[str] = []
+
+    def load(cfg, name: str, split: str):
+        read.append(split)
+        return load_examples(name, split, None, max_examples=4, synthetic=True)
+
+    monkeypatch.setattr(zeroshot, "_load", load)
+    cfg = SimpleNamespace(data_mirror=None, synthetic=True)
+    paper_rule = zeroshot.prepare_task(cfg, tok, "sst2", 64)
+    assert read == [paper_rule.split] and not paper_rule.probe.calibrated
+    assert "threshold_split" not in paper_rule.info
+
+    read.clear()
+    small = train(["the film was very positive ."] * 8, "fast", merges=60, limit_alphabet=60, min_frequency=1)
+    fitted = zeroshot.prepare_task(cfg, small, "sst2", 64)
+    assert read == [fitted.split, "train"] and fitted.probe.calibrated
+    assert fitted.info["threshold_split"] == "train" and fitted.info["threshold_examples"] == 4

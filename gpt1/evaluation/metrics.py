@@ -166,6 +166,18 @@ def _runs(y_true: np.ndarray, predictions: ArrayLike) -> np.ndarray:
     return rows
 
 
+@dataclass(frozen=True)
+class PairedPart:
+    """One evaluation set of a combined paired test: its metric, labels, both systems' runs (runs x examples, or
+    one run) and the weight of its difference in the combination."""
+
+    metric: str | Metric
+    y_true: ArrayLike
+    pred_a: ArrayLike
+    pred_b: ArrayLike
+    weight: float = 1.0
+
+
 def paired_bootstrap(
     metric: str | Metric,
     y_true: ArrayLike,
@@ -184,22 +196,35 @@ def paired_bootstrap(
     metrics, and a resample draws the examples once for all of them: an example is one unit however many runs
     scored it (pooling the runs' pairs as if independent would shrink p with every copy of the same evidence).
     """
-    function = metric_function(metric)
-    t = np.asarray(y_true)
-    a, b = _runs(t, pred_a), _runs(t, pred_b)
+    return paired_bootstrap_combined([PairedPart(metric, y_true, pred_a, pred_b)], n, seed)
+
+
+def paired_bootstrap_combined(parts: Sequence[PairedPart], n: int = 1000, seed: int = 0) -> BootstrapResult:
+    """The paired bootstrap of a weighted sum of differences on several evaluation sets (Table 5's Avg: the mean of
+    its columns' differences): each resample draws every set's examples anew, on its own, in the parts' order; a
+    set's runs are scored as in `paired_bootstrap` (one part is that test, draw for draw)."""
     if n < 1:
         raise MetricError(f"paired bootstrap: n must be at least 1, got {n}")
+    if not parts:
+        raise MetricError("paired bootstrap: no evaluation sets to compare")
+    prepared = []
+    for part in parts:
+        t = np.asarray(part.y_true)
+        prepared.append((metric_function(part.metric), t, _runs(t, part.pred_a), _runs(t, part.pred_b), part.weight))
 
-    def difference(idx: np.ndarray | slice) -> float:
-        labels = t[idx]
-        return (float(np.mean([function(labels, run[idx]) for run in a]))
-                - float(np.mean([function(labels, run[idx]) for run in b])))
+    def difference(draws: Sequence[np.ndarray | slice]) -> float:
+        total = 0.0
+        for (function, t, a, b, weight), idx in zip(prepared, draws, strict=True):
+            labels = t[idx]
+            total += weight * (float(np.mean([function(labels, run[idx]) for run in a]))
+                               - float(np.mean([function(labels, run[idx]) for run in b])))
+        return total
 
-    observed = difference(slice(None))
+    observed = difference([slice(None)] * len(prepared))
     rng = np.random.default_rng(seed)
     deltas = np.empty(n)
     for i in range(n):
-        deltas[i] = difference(rng.integers(0, t.size, size=t.size))
+        deltas[i] = difference([rng.integers(0, t.size, size=t.size) for _, t, *_ in prepared])
     extreme = int(np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12))
     return BootstrapResult(float(observed), float(deltas.mean()), (1 + extreme) / (1 + n), n)
 

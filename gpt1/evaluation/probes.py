@@ -87,19 +87,18 @@ class ChoiceProbe:
 
 @dataclass(frozen=True)
 class Sst2Probe:
-    """The two label words after each sentence of a fit split (which chooses the offset) and of the test split."""
+    """The two label words after each sentence of the test split and, where an offset is fitted, of a fit split."""
 
-    fit: ChoiceProbe
     test: ChoiceProbe
+    fit: ChoiceProbe | None = None
 
     def __len__(self) -> int:
         return len(self.test)
 
     @property
     def calibrated(self) -> bool:
-        """Whether an offset is fitted: only where a label word spans several tokens (its summed log-probability
-        then pays for each), a bias the paper's vocabulary, with each word one token, does not have."""
-        return any(len(word) > 1 for word in self.test.continuations[: self.test.n_options])
+        """Whether an offset is fitted (`sst2_needs_offset` says where)."""
+        return self.fit is not None
 
 
 @dataclass(frozen=True)
@@ -145,8 +144,16 @@ def sst2_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceP
                        _labels(examples), "sum")
 
 
-def sst2_calibrated_probe(tokenizer: GPT1Tokenizer, fit: Sequence[Example], test: Sequence[Example]) -> Sst2Probe:
-    return Sst2Probe(sst2_probe(tokenizer, fit), sst2_probe(tokenizer, test))
+def sst2_needs_offset(tokenizer: GPT1Tokenizer) -> bool:
+    """Whether a label word spans several tokens: its summed log-probability then pays for each, a bias an offset
+    fitted on a train split removes. The paper's vocabulary spells both words as one token each and takes offset 0."""
+    return any(len(word) > 1 for word in _encode(tokenizer, list(SST2_WORDS)))
+
+
+def sst2_offset_probe(tokenizer: GPT1Tokenizer, test: Sequence[Example],
+                      fit: Sequence[Example] | None = None) -> Sst2Probe:
+    """The test split's probe, and the fit split's where an offset is to be chosen on it."""
+    return Sst2Probe(sst2_probe(tokenizer, test), None if fit is None else sst2_probe(tokenizer, fit))
 
 
 def race_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceProbe:
@@ -254,7 +261,7 @@ def evaluate_sst2(model: nn.Module, probe: Sst2Probe, n_ctx: int | None = None,
         return scores[:, 1] - scores[:, 0]  # SST2_WORDS: negative, positive
 
     test = margins(probe.test)
-    if not probe.calibrated:
+    if probe.fit is None:
         predictions = (test > 0).astype(int)
         return Scored(accuracy(probe.test.labels, predictions), probe.test.labels, predictions, {"offset": 0.0})
     offset, fit_accuracy = choose_threshold(margins(probe.fit), probe.fit.labels, metric=accuracy)
@@ -283,7 +290,7 @@ def normalise(raw: float, reference: dict[str, Any]) -> float:
 def count_truncated(probe: ChoiceProbe | ColaProbe | Sst2Probe, n_ctx: int) -> int:
     """Rows whose prefix (or, rarely, continuation) did not fit n_ctx whole."""
     if isinstance(probe, Sst2Probe):
-        return count_truncated(probe.fit, n_ctx) + count_truncated(probe.test, n_ctx)
+        return sum(count_truncated(part, n_ctx) for part in (probe.fit, probe.test) if part is not None)
     if isinstance(probe, ColaProbe):
         pairs = [(probe.context, s) for s in (*probe.fit_sentences, *probe.test_sentences)]
     else:
@@ -346,7 +353,8 @@ __all__ = [
     "pronoun_span",
     "race_probe",
     "score_point",
-    "sst2_calibrated_probe",
+    "sst2_needs_offset",
+    "sst2_offset_probe",
     "sst2_probe",
     "task_result",
 ]

@@ -6,7 +6,8 @@ against each ablation, per column, on the examples both runs scored, by a paired
 Predictions (a fine-tuning run's predictions.jsonl) are joined by (report, split, index, config), so a test never
 pairs two different examples. Over several seeds each side is the mean of its seeds' metrics (as the table's cell),
 and a resample draws the examples once for all seeds: an example scored by three seeds is one unit of evidence, not
-three. A column of several reports (Table 5's MNLI: matched and mismatched) pools their examples.
+three. A column of several reports (Table 5's MNLI: matched and mismatched) pools their examples; Table 5's Avg
+(average_test) resamples each report on its own and averages as the table does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt1.evaluation.metrics import bootstrap_se, paired_bootstrap
+from gpt1.evaluation.metrics import PairedPart, bootstrap_se, paired_bootstrap, paired_bootstrap_combined
 from gpt1.pipeline.errors import PredictionsError
 
 RESAMPLES = 1000
@@ -100,13 +101,22 @@ def report_se(predictions: Mapping[Key, Prediction], report: str, metric: str) -
     return bootstrap_se(metric, labels, guesses, n=RESAMPLES, seed=BOOTSTRAP_SEED)
 
 
-def column_test(variant: str, column: str, metric: str, reports: Sequence[str],
-                full_runs: Mapping[int, Mapping[Key, Prediction]],
-                other_runs: Mapping[int, Mapping[Key, Prediction]]) -> PairedTest | None:
-    """The test of one column over the seeds both variants have, on the examples every one of their runs scored;
-    None when there is none. Each side is the mean of its seeds' metrics, and a resample draws those examples once
-    for every seed (metrics.paired_bootstrap)."""
-    seeds = tuple(sorted(set(full_runs) & set(other_runs)))
+Runs = Mapping[int, Mapping[Key, Prediction]]  # seed -> one run's predictions
+
+
+@dataclass(frozen=True)
+class ColumnRuns:
+    """A column of Table 5 as a test reads it: its (report, metric) components and both variants' runs."""
+
+    components: Sequence[tuple[str, str]]
+    full_runs: Runs
+    other_runs: Runs
+
+
+def _paired_arrays(column: str, reports: Sequence[str], seeds: Sequence[int], full_runs: Runs, other_runs: Runs
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Labels and both sides' predictions (seeds x examples) on the examples of `reports` that every seed of both
+    sides scored; None where there is none. A label that differs between runs is an error."""
     wanted = set(reports)
     shared = set.intersection(*({k for k in full_runs[s] if k[0] in wanted and k in other_runs[s]} for s in seeds)) \
         if seeds else set()
@@ -121,5 +131,39 @@ def column_test(variant: str, column: str, metric: str, reports: Sequence[str],
                                        f"seed {seeds[0]}'s; rerun its fine-tuning jobs")
     full = np.array([[full_runs[s][k].prediction for k in keys] for s in seeds])
     other = np.array([[other_runs[s][k].prediction for k in keys] for s in seeds])
+    return labels, full, other
+
+
+def column_test(variant: str, column: str, metric: str, reports: Sequence[str], full_runs: Runs, other_runs: Runs
+                ) -> PairedTest | None:
+    """The test of one column over the seeds both variants have, on the examples every one of their runs scored;
+    None when there is none. Each side is the mean of its seeds' metrics, and a resample draws those examples once
+    for every seed (metrics.paired_bootstrap)."""
+    seeds = tuple(sorted(set(full_runs) & set(other_runs)))
+    arrays = _paired_arrays(column, reports, seeds, full_runs, other_runs)
+    if arrays is None:
+        return None
+    labels, full, other = arrays
     result = paired_bootstrap(metric, labels, full, other, n=RESAMPLES, seed=BOOTSTRAP_SEED)
-    return PairedTest(variant, column, metric, 100.0 * result.difference, result.p_value, len(keys), seeds)
+    return PairedTest(variant, column, metric, 100.0 * result.difference, result.p_value, labels.size, seeds)
+
+
+def average_test(variant: str, column: str, columns: Sequence[ColumnRuns]) -> PairedTest | None:
+    """The test of an average of columns (Table 5's Avg: each column the mean of its components, MNLI matched and
+    mismatched), over the seeds both variants have in every column: the mean of the columns' differences, each
+    report's examples resampled on its own (metrics.paired_bootstrap_combined). None where a report has nothing to
+    pair: an average of fewer columns is not the table's."""
+    if not columns:
+        return None
+    seeds = tuple(sorted(set.intersection(*(set(c.full_runs) & set(c.other_runs) for c in columns))))
+    parts, examples = [], 0
+    for tested in columns:
+        for report, metric in tested.components:
+            arrays = _paired_arrays(column, [report], seeds, tested.full_runs, tested.other_runs)
+            if arrays is None:
+                return None
+            weight = 1.0 / (len(columns) * len(tested.components))
+            parts.append(PairedPart(metric, *arrays, weight=weight))
+            examples += arrays[0].size
+    result = paired_bootstrap_combined(parts, n=RESAMPLES, seed=BOOTSTRAP_SEED)
+    return PairedTest(variant, column, "average", 100.0 * result.difference, result.p_value, examples, seeds)

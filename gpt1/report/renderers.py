@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from gpt1.evaluation.significance import RESAMPLES, column_test
+from gpt1.evaluation.significance import RESAMPLES, average_test, column_test
 from gpt1.report.numbers import round_half_up
 from gpt1.report.tables import Column, Row, Table, code_name
 
@@ -21,6 +21,7 @@ TESTS_TITLE = (
     "Paired tests: the full model minus each ablation, in percent points, and the two-sided p-value of a "
     f"paired bootstrap over the evaluation examples both runs scored ({RESAMPLES} resamples; over the seeds "
     f"present in both, each side the mean of its seeds, the examples drawn once for all; {code_name(column_test)}); "
+    f"Avg: the mean of the columns' differences, each report's examples drawn on its own ({code_name(average_test)}); "
     f"bold: p < {SIGNIFICANT} (each test on its own, not adjusted for the others)."
 )
 
@@ -36,7 +37,9 @@ def number_notes(table: Table) -> dict[str, int]:
 
 
 def tested_columns(table: Table) -> list[Column]:
-    return [c for c in table.columns if c.task is not None]
+    """The columns of the tests' table: every task column, and a computed one (Table 5's Avg) where it was tested."""
+    named = {t.column for t in table.tests}
+    return [c for c in table.columns if c.task is not None or c.key in named]
 
 
 def cell_frames(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:

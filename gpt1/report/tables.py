@@ -25,7 +25,14 @@ import yaml
 
 from gpt1.data.tasks import TASKS, TaskSpec
 from gpt1.evaluation.metrics import GLUE_COMPONENTS, glue_average
-from gpt1.evaluation.significance import RESAMPLES, PairedTest, column_test, report_se
+from gpt1.evaluation.significance import (
+    RESAMPLES,
+    ColumnRuns,
+    PairedTest,
+    average_test,
+    column_test,
+    report_se,
+)
 from gpt1.pipeline import layout
 from gpt1.pipeline.errors import ReportError
 from gpt1.pipeline.plan import Plan
@@ -48,7 +55,8 @@ GAP = "—"  # our cell when its input is missing; the paper's own blanks stay e
 # Our rows of Tables 2-4, and the Table 5 variant of each paper row (paper.yaml names the variant per row).
 MAIN_VARIANTS = {"pretrained": "ours (pretrained)", "scratch": "ours (no pre-training)"}
 FULL_VARIANT = "pretrained"  # Table 5's full model, which every ablation is tested against
-COMPUTED_COLUMNS = ("glue", "avg")  # not a task: our GLUE-style average (Table 4), the paper's Avg (Table 5)
+AVERAGE_COLUMN = "avg"  # Table 5's Avg
+COMPUTED_COLUMNS = ("glue", AVERAGE_COLUMN)  # not a task: our GLUE-style average (Table 4), the paper's Avg (Table 5)
 
 
 # ---------------------------------------------------------------------------------------------------- paper
@@ -447,17 +455,28 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
 def ablation_tests(
     results_dir: Path, columns: Sequence[Column], variants: Sequence[str], finetuned: Finetuned
 ) -> tuple[list[PairedTest], list[str]]:
-    """Full vs each ablation on every task column (paired bootstrap over the evaluation examples both scored);
-    and a line for each comparison that has nothing to pair."""
+    """Full vs each ablation on every task column (paired bootstrap over the evaluation examples both scored), then
+    on the table's Avg where it has one; and a line for each comparison that has nothing to pair."""
     tests, untested = [], []
-    for column in (c for c in columns if c.task is not None):
+    tested: dict[str, list[ColumnRuns]] = {variant: [] for variant in variants}
+    for column in columns:
+        if column.task is None:
+            continue
         full = predictions_by_seed(results_dir, finetuned, column.task, FULL_VARIANT)
         reports, metrics = zip(*column.components, strict=True)  # Table 5's MNLI: two reports, one metric
         for variant in variants:
             ablated = predictions_by_seed(results_dir, finetuned, column.task, variant)
+            tested[variant].append(ColumnRuns(column.components, full, ablated))
             test = column_test(variant, column.key, metrics[0], reports, full, ablated)
             if test is None:
                 untested.append(f"{column.label}: full vs {variant} not tested, no seed has the predictions of both")
+            else:
+                tests.append(test)
+    for average in (c for c in columns if c.key == AVERAGE_COLUMN):
+        for variant in variants:
+            test = average_test(variant, average.key, tested[variant])
+            if test is None:
+                untested.append(f"{average.label}: full vs {variant} not tested, a column has nothing to pair")
             else:
                 tests.append(test)
     return tests, untested
@@ -473,11 +492,11 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, r
         printed = paper_row(row, columns, f"paper: {row['method']}")
         note = average_discrepancy(row["method"], row["values"], float(row["avg"]))
         if note:
-            printed.cells["avg"] = Cell(printed.cells["avg"].value, notes=(note,))
+            printed.cells[AVERAGE_COLUMN] = Cell(printed.cells[AVERAGE_COLUMN].value, notes=(note,))
         cells = {
             c.key: task_cell(c, row["variant"], finetuned, row["values"].get(c.key), beside_paper=False) for c in tasks
         }
-        cells["avg"] = average_cell(cells, float(row["avg"]))
+        cells[AVERAGE_COLUMN] = average_cell(cells, float(row["avg"]))
         rows += [printed, Row(f"ours: {row['method']}", "ours", row["variant"], cells)]
     variants = [r["variant"] for r in spec["rows"] if r["variant"] != FULL_VARIANT]
     tests, untested = ablation_tests(results_dir, columns, variants, finetuned)

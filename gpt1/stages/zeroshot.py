@@ -30,7 +30,8 @@ from gpt1.evaluation.probes import (
     dprd_probe,
     race_probe,
     score_point,
-    sst2_calibrated_probe,
+    sst2_needs_offset,
+    sst2_offset_probe,
     task_result,
 )
 from gpt1.evaluation.significance import RESAMPLES
@@ -92,14 +93,15 @@ def prepare_task(cfg: Config, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -
     loaded = _load(cfg, name, split)
     info: dict[str, Any] = {"split": split, "examples": len(loaded.examples), "data": loaded.describe(),
                             "heuristic": HEURISTICS[name]}
-    if name in ("cola", "sst2"):  # a threshold (CoLA) or an offset (SST-2) chosen on the train split
+    probe: ChoiceProbe | ColaProbe | Sst2Probe
+    if name == "cola" or (name == "sst2" and sst2_needs_offset(tokenizer)):  # a threshold or offset chosen on train
         fit_split = get_task(name).train
         fit = _load(cfg, name, fit_split)
-        make = cola_probe if name == "cola" else sst2_calibrated_probe
-        probe: ChoiceProbe | ColaProbe | Sst2Probe = make(tokenizer, fit.examples, loaded.examples)
-        if not isinstance(probe, Sst2Probe) or probe.calibrated:  # SST-2's words one token each: no offset to fit
-            info.update(threshold_split=fit_split, threshold_examples=len(fit.examples),
-                        threshold_data=fit.describe())
+        probe = (cola_probe(tokenizer, fit.examples, loaded.examples) if name == "cola"
+                 else sst2_offset_probe(tokenizer, loaded.examples, fit.examples))
+        info.update(threshold_split=fit_split, threshold_examples=len(fit.examples), threshold_data=fit.describe())
+    elif name == "sst2":  # both words one token each: the paper's rule, offset 0, and no train split to read
+        probe = sst2_offset_probe(tokenizer, loaded.examples)
     else:
         probe = {"race": race_probe, "dprd": dprd_probe}[name](tokenizer, loaded.examples)
     if name == "dprd":
