@@ -772,27 +772,35 @@ def test_table5_tests_the_full_model_against_each_ablation_on_paired_predictions
     assert "Avg: full vs lstm not tested, a column has nothing to pair" in markdown  # an average of 1 column is not
 
 
+TABLE5_REPORTS = {"cola": ["cola"], "sst2": ["sst2"], "mrpc": ["mrpc"], "stsb": ["stsb"], "qqp": ["qqp"],
+                  "mnli": ["mnli_m", "mnli_mm"], "qnli": ["qnli"], "rte": ["rte"]}  # Table 5's columns' reports
+
+
+def write_table5_predictions(results: Path, right: dict[str, float], examples: int = 30) -> None:
+    """Seed 0's predictions.jsonl of every Table 5 column for each variant of `right`, which gets that fraction of
+    binary labels right (seeded), recorded in the metrics.json beside it."""
+    from test_significance import write_predictions
+
+    rng = np.random.default_rng(5)
+    for task, names in TABLE5_REPORTS.items():
+        labels = rng.integers(0, 2, examples)
+        for variant, fraction in right.items():
+            guesses = np.where(rng.random(examples) < fraction, labels, 1 - labels)
+            path = results / "finetune" / task / variant / "0" / "predictions.jsonl"
+            write_predictions(path, [(r, i, int(labels[i]), int(guesses[i])) for r in names for i in range(examples)])
+            record_beside(path, "metrics.json")
+
+
 def test_table5_tests_the_average_where_every_column_has_predictions(tmp_path: Path) -> None:
     """Full vs LSTM on all 8 columns: the Avg test's difference is the mean of the columns' (MNLI's two reports the
     same size, so its pooled test is their mean too), and the tests' table gains an Avg column."""
-    from test_significance import write_predictions
-
     results, out = tmp_path / "results", tmp_path / "out"
     cfg = config(seeds=[0])
     write_everything(results, cfg)
-    rng = np.random.default_rng(5)
-    reports = {"cola": ["cola"], "sst2": ["sst2"], "mrpc": ["mrpc"], "stsb": ["stsb"], "qqp": ["qqp"],
-               "mnli": ["mnli_m", "mnli_mm"], "qnli": ["qnli"], "rte": ["rte"]}
-    for task, names in reports.items():
-        labels = rng.integers(0, 2, 30)
-        for variant, right in (("pretrained", 0.8), ("lstm", 0.6)):
-            guesses = np.where(rng.random(30) < right, labels, 1 - labels)
-            path = results / "finetune" / task / variant / "0" / "predictions.jsonl"
-            write_predictions(path, [(r, i, int(labels[i]), int(guesses[i])) for r in names for i in range(30)])
-            record_beside(path, "metrics.json")
+    write_table5_predictions(results, {"pretrained": 0.8, "lstm": 0.6})
     render_report(cfg, results, out)
     table = cells(out, "table5")
-    columns = [float(table[("full vs lstm", key)]["value_exact"]) for key in reports]
+    columns = [float(table[("full vs lstm", key)]["value_exact"]) for key in TABLE5_REPORTS]
     average = table[("full vs lstm", "avg")]
     assert float(average["value_exact"]) == pytest.approx(np.mean(columns), abs=1e-3)
     assert average["examples"] == str(30 * 9) and 0 < float(average["p_value"]) <= 1
