@@ -198,3 +198,25 @@ def test_a_revision_is_read_through_the_dvc_of_this_python_and_its_error_named(t
     with pytest.raises(Gpt1Error, match=r"^rev:nope: cannot read results/default of that revision from DVC \(ERROR: "):
         materialize("rev:nope", "results/default", tmp_path)
     assert materialize("results/a", "results/default", tmp_path) == Path("results/a")
+
+
+def test_table5s_average_is_compared_where_both_trees_hold_its_eight_columns(tmp_path: Path) -> None:
+    """A row per variant for Table 5's Avg: A and B the report's own Avg cells, B - A tested on the predictions of
+    all 8 columns at once (here the same metrics records, but B's predictions right 60% of the time, A's 80%)."""
+    from test_report import cells, config, write_everything, write_table5_predictions
+
+    from gpt1.report.compare import AVERAGE_TASK
+    from gpt1.report.stage import render_report
+
+    cfg = config(seeds=[0])
+    for name, right in (("a", 0.8), ("b", 0.6)):
+        write_everything(tmp_path / name, cfg)
+        write_table5_predictions(tmp_path / name, {"pretrained": right})
+    render_report(cfg, tmp_path / "a", tmp_path / "report")
+    table = compare_trees(tmp_path / "a", tmp_path / "b").cells.set_index(["task", "variant"])
+    full = table.loc[(AVERAGE_TASK, "pretrained")]
+    reported = cells(tmp_path / "report", "table5")[("ours: Transformer w/ aux LM (full)", "avg")]
+    assert full["A"] == full["B"] == pytest.approx(float(reported["value_exact"]), abs=1e-3)
+    assert full["examples"] == 30 * 9 and full["p paired"] < 0.01 and full["verdict"] == "changed"
+    assert table.loc[(AVERAGE_TASK, "lstm"), "verdict"] == "untested (no predictions)"  # no predictions written
+    assert len(table.loc[AVERAGE_TASK]) == 4  # a row for each of Table 5's 4 rows

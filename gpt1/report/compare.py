@@ -1,7 +1,8 @@
 """`gpt1 compare A B`: did a change matter beyond noise? Two results trees, job by job and cell by cell.
 
 A cell is one fine-tuning job kind (task x variant) and one number the paper reports for it (its paper metric, e.g.
-CoLA's MCC). B minus A is tested twice where it can be:
+CoLA's MCC); and, for each variant whose 8 GLUE columns both trees hold, Table 5's Avg. B minus A is tested twice
+where it can be:
 - paired, on the evaluation examples both scored (gpt1.evaluation.significance: a paired bootstrap, seed s of A with
   seed s of B, the seeds pooled): is the difference larger than the choice of evaluation examples explains?
 - across seeds, where both trees have two or more seeds in common (a paired t-test of the per-seed scores): is it
@@ -19,15 +20,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from gpt1.evaluation.significance import Key, Prediction, column_test
+from gpt1.evaluation.significance import ColumnRuns, Key, Prediction, average_test, column_test
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import CompareError, ReportError
 from gpt1.pipeline.files import flatten, read_json
 from gpt1.report.inputs import verified_predictions
+
+if TYPE_CHECKING:
+    from gpt1.report.tables import Column
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
 NOISE = ("content_sha256", "files", "source", "sha256_of_files")  # provenance, not settings
@@ -151,6 +155,45 @@ def cell_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], Job]
     return rows
 
 
+AVERAGE_TASK = "Table 5 Avg"  # the task column of the row that compares Table 5's average
+
+
+def _average_score(jobs: list[Job], columns: list[Column], seed: int) -> float:
+    """Table 5's Avg of one seed: the mean of the columns (`jobs` their jobs, in order), each the mean of its
+    reports' metrics."""
+    return sum(sum(100.0 * float(job.metrics[seed]["reports"][r]["metrics"][m]) for r, m in c.components)
+               / len(c.components) for c, job in zip(columns, jobs, strict=True)) / len(columns)
+
+
+def average_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], Job]) -> list[dict[str, Any]]:
+    """Table 5's Avg, B - A, for each variant whose 8 columns' jobs both trees hold (on the seeds all of them have):
+    the paired test of the average (significance.average_test) and the seeds' t-test of the per-seed averages."""
+    from gpt1.report.tables import AVERAGE_COLUMN, load_paper, make_columns
+
+    columns = [c for c in make_columns("table5", load_paper()["tables"]["table5"]) if c.task is not None]
+    rows = []
+    for variant in sorted({v for _, v in a.keys() & b.keys()}):
+        keys = [(c.task, variant) for c in columns if c.task is not None]
+        if not all(k in a and k in b for k in keys):
+            continue
+        seeds = sorted(set.intersection(*(set(a[k].metrics) & set(b[k].metrics) for k in keys)))
+        if not seeds:
+            continue
+        sa = [_average_score([a[k] for k in keys], columns, s) for s in seeds]
+        sb = [_average_score([b[k] for k in keys], columns, s) for s in seeds]
+        paired = average_test("B", AVERAGE_COLUMN, [
+            ColumnRuns(c.components, {s: b[k].predictions[s] for s in seeds if s in b[k].predictions},
+                       {s: a[k].predictions[s] for s in seeds if s in a[k].predictions})
+            for c, k in zip(columns, keys, strict=True)])
+        rows.append({"task": AVERAGE_TASK, "variant": variant, "report": AVERAGE_COLUMN, "metric": "average",
+                     "seeds": len(seeds), "A": sum(sa) / len(sa), "B": sum(sb) / len(sb),
+                     "B - A": sum(sb) / len(sb) - sum(sa) / len(sa),
+                     "p paired": None if paired is None else paired.p_value,
+                     "examples": None if paired is None else paired.examples, "p seeds": _seed_test(sa, sb),
+                     "same predictions": all(_same_predictions(a[k], b[k], seeds) for k in keys)})
+    return rows
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjustment (family-wise error) of p-values, in their order."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
@@ -211,7 +254,7 @@ def _perplexity(tree: Path) -> float | None:
 
 def compare_trees(a: Path, b: Path, alpha: float = 0.05) -> Comparison:
     jobs_a, jobs_b = find_jobs(a), find_jobs(b)
-    cells = verdicts(pd.DataFrame(cell_rows(jobs_a, jobs_b)), alpha)
+    cells = verdicts(pd.DataFrame(cell_rows(jobs_a, jobs_b) + average_rows(jobs_a, jobs_b)), alpha)
     settings = settings_table(jobs_a, jobs_b, (pretrain_record_settings(a), pretrain_record_settings(b)))
     return Comparison(cells, settings, (_perplexity(a), _perplexity(b)), alpha)
 
