@@ -63,6 +63,11 @@ def document_starts(source: Path, tokenizer_dir: Path, dtype: str, chunk_chars: 
     return starts
 
 
+def window_documents(starts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The document each window starts in (its index in `starts`)."""
+    return np.searchsorted(starts, offsets, side="right") - 1
+
+
 @dataclass(frozen=True)
 class Errors:
     mean: float
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     offsets = validation_offsets(len(ids), n_ctx, pretrain["eval_batches"] * pretrain["batch_size"], pretrain["seed"])
     starts = document_starts(results / "corpus" / "validation.jsonl", results / "tokenizer", encode["dtype"],
                              encode["chunk_chars"], len(ids))
-    documents = np.searchsorted(starts, offsets.numpy(), side="right") - 1
+    documents = window_documents(starts, offsets.numpy())
     dtype = resolve_precision(pretrain["precision"], torch.device("cpu"))
     print(machine())
     runs = [(str(folder), window_losses(folder, ids, offsets, dtype)) for folder in args.models[:2]]

@@ -58,7 +58,6 @@ def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed:
         cola_probe,
         dprd_probe,
         race_probe,
-        sst2_needs_offset,
         sst2_offset_probe,
     )
     from gpt1.pipeline.config import load_config
@@ -74,7 +73,7 @@ def held_out_tasks(tokenizer: Any, examples: int, fit: int, reported: int, seed:
             if name == "cola":
                 probe = cola_probe(tokenizer, fit_rows, test_rows)
             else:  # the stage's rule: an offset fitted only where a label word spans several tokens
-                probe = sst2_offset_probe(tokenizer, test_rows, fit_rows if sst2_needs_offset(tokenizer) else None)
+                probe = sst2_offset_probe(tokenizer, test_rows, fit_rows)
         elif name == "race":
             probe = race_probe(tokenizer, [pool[i] for i in cap_positions(np.arange(len(pool)), examples, seed)])
         else:  # dprd: its one split is the reported one; keep what the stage's subset leaves

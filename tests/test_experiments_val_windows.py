@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from conftest import TinyData
+from scipy import stats
 
 from experiments import val_windows
 from gpt1.data.ids import load_ids
@@ -46,3 +47,21 @@ def test_clustered_by_single_windows_is_the_windows_error_and_clusters_widen_it(
     low, high = by_document.interval()
     assert high - by_document.mean == pytest.approx(4.302653 * by_document.clustered_se, rel=1e-5)  # t, 2 df
     assert low < by_document.mean < high
+
+
+def test_a_window_belongs_to_the_document_it_starts_in() -> None:
+    starts = np.array([0, 100, 250])
+    offsets = np.array([0, 99, 100, 101, 249, 250, 400])
+    assert val_windows.window_documents(starts, offsets).tolist() == [0, 0, 1, 1, 1, 2, 2]
+
+
+def test_the_paired_line_is_second_minus_first_with_a_t_test_on_documents_minus_one() -> None:
+    rng = np.random.default_rng(1)
+    documents = np.repeat(np.arange(4), 10)
+    first = rng.normal(4.0, 0.3, 40)
+    second = first + 0.2 + np.array([0.05, -0.05, 0.1, -0.1])[documents] + rng.normal(0, 0.01, 40)
+    errors = val_windows.errors(second - first, documents)
+    t = errors.mean / errors.clustered_se
+    line = val_windows.describe_paired(first, second, documents)
+    assert line.startswith(f"paired: second minus first {errors.mean:+.4f} nats") and errors.mean > 0
+    assert f"({t:+.1f} SE, t-test p {2 * stats.t.sf(abs(t), 3):.2g} on 3 df)" in line

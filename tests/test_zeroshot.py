@@ -22,6 +22,7 @@ from gpt1.evaluation.metrics import accuracy, bootstrap_se, matthews
 from gpt1.evaluation.probes import (
     ChoiceProbe,
     Scored,
+    Sst2Probe,
     TaskData,
     choose_threshold,
     cola_probe,
@@ -162,7 +163,8 @@ def biased_sst2(tok, negative_tokens: int = 1):
     """An LM that prefers "positive" after every sentence, more after good ones, and its probe (fit: 4 sentences,
     test: 3); `negative_tokens` 2 spells "negative" as two tokens, as a small vocabulary does."""
     good, bad = example(("the film was good .",), 1), example(("the film was bad .",), 0)
-    probe = sst2_offset_probe(tok, [good, bad, bad], [good, bad, good, bad] if negative_tokens > 1 else None)
+    fit = sst2_probe(tok, [good, bad, good, bad]) if negative_tokens > 1 else None  # `tok` spells it whole
+    probe = Sst2Probe(sst2_probe(tok, [good, bad, bad]), fit)
     assert all(p[-1] == tid(tok, "very") for p in probe.test.prefixes)  # the real probe: sentence + " very"
     negative = [tid(tok, "negative"), tid(tok, ".")][:negative_tokens]
 
@@ -193,10 +195,15 @@ def test_sst2_scores_the_papers_rule_where_both_words_are_one_token(tok):
 def test_sst2_needs_an_offset_only_where_a_label_word_spans_several_tokens(tok):
     """`tok` spells both words as one token (as the paper's 40k vocabulary does); a vocabulary that never saw
     "negative" spells it in pieces."""
+    good, bad = example(("the film was good .",), 1), example(("the film was bad .",), 0)
     assert not sst2_needs_offset(tok)
+    assert sst2_offset_probe(tok, [good, bad], [good, bad]).fit is None  # a fit split given is left out
     small = train(["the film was very positive ."] * 8, "fast", merges=60, limit_alphabet=60, min_frequency=1)
     assert len(small.encode("positive")) == 1 and len(small.encode("negative")) > 1
     assert sst2_needs_offset(small)
+    fitted = sst2_offset_probe(small, [good, bad], [bad, good, bad])
+    assert fitted.calibrated and fitted.fit.labels.tolist() == [0, 1, 0]
+    assert not sst2_offset_probe(small, [good, bad]).calibrated  # no fit split: the paper's rule
 
 
 def test_sst2_offset_from_train_undoes_the_bias_of_a_word_of_several_tokens(tok):

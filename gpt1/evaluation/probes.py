@@ -152,8 +152,12 @@ def sst2_needs_offset(tokenizer: GPT1Tokenizer) -> bool:
 
 def sst2_offset_probe(tokenizer: GPT1Tokenizer, test: Sequence[Example],
                       fit: Sequence[Example] | None = None) -> Sst2Probe:
-    """The test split's probe, and the fit split's where an offset is to be chosen on it."""
-    return Sst2Probe(sst2_probe(tokenizer, test), None if fit is None else sst2_probe(tokenizer, fit))
+    """The test split's probe, and the fit split's where an offset is to be chosen on it: only where
+    `sst2_needs_offset` (a fit split given for a vocabulary that spells both words whole is left out, so that
+    the paper's rule holds wherever it can; a caller may skip loading it then)."""
+    if fit is None or not sst2_needs_offset(tokenizer):
+        return Sst2Probe(sst2_probe(tokenizer, test))
+    return Sst2Probe(sst2_probe(tokenizer, test), sst2_probe(tokenizer, fit))
 
 
 def race_probe(tokenizer: GPT1Tokenizer, examples: Sequence[Example]) -> ChoiceProbe:

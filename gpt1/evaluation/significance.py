@@ -6,8 +6,8 @@ against each ablation, per column, on the examples both runs scored, by a paired
 Predictions (a fine-tuning run's predictions.jsonl) are joined by (report, split, index, config), so a test never
 pairs two different examples. Over several seeds each side is the mean of its seeds' metrics (as the table's cell),
 and a resample draws the examples once for all seeds: an example scored by three seeds is one unit of evidence, not
-three. A column of several reports (Table 5's MNLI: matched and mismatched) pools their examples; Table 5's Avg
-(average_test) resamples each report on its own and averages as the table does.
+three. A column of several reports (Table 5's MNLI: matched and mismatched) and Table 5's Avg (average_test) are
+means of their reports' metrics, as their cells are, each report's examples drawn on its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt1.evaluation.metrics import PairedPart, bootstrap_se, paired_bootstrap, paired_bootstrap_combined
+from gpt1.evaluation.metrics import PairedPart, bootstrap_se, paired_bootstrap_combined
 from gpt1.pipeline.errors import PredictionsError
 
 RESAMPLES = 1000
@@ -137,15 +137,11 @@ def _paired_arrays(column: str, reports: Sequence[str], seeds: Sequence[int], fu
 def column_test(variant: str, column: str, metric: str, reports: Sequence[str], full_runs: Runs, other_runs: Runs
                 ) -> PairedTest | None:
     """The test of one column over the seeds both variants have, on the examples every one of their runs scored;
-    None when there is none. Each side is the mean of its seeds' metrics, and a resample draws those examples once
-    for every seed (metrics.paired_bootstrap)."""
-    seeds = tuple(sorted(set(full_runs) & set(other_runs)))
-    arrays = _paired_arrays(column, reports, seeds, full_runs, other_runs)
-    if arrays is None:
-        return None
-    labels, full, other = arrays
-    result = paired_bootstrap(metric, labels, full, other, n=RESAMPLES, seed=BOOTSTRAP_SEED)
-    return PairedTest(variant, column, metric, 100.0 * result.difference, result.p_value, labels.size, seeds)
+    None when a report has none. Each side is the mean of its seeds' metrics, and a resample draws those examples
+    once for every seed (metrics.paired_bootstrap). A column of several reports (Table 5's MNLI) is the mean of
+    their metrics, as its cell is, each report's examples drawn on its own."""
+    return _combined_test(variant, column, metric, [ColumnRuns(tuple((r, metric) for r in reports), full_runs,
+                                                               other_runs)])
 
 
 def average_test(variant: str, column: str, columns: Sequence[ColumnRuns]) -> PairedTest | None:
@@ -153,17 +149,23 @@ def average_test(variant: str, column: str, columns: Sequence[ColumnRuns]) -> Pa
     mismatched), over the seeds both variants have in every column: the mean of the columns' differences, each
     report's examples resampled on its own (metrics.paired_bootstrap_combined). None where a report has nothing to
     pair: an average of fewer columns is not the table's."""
+    return _combined_test(variant, column, "average", columns)
+
+
+def _combined_test(variant: str, column: str, metric: str, columns: Sequence[ColumnRuns]) -> PairedTest | None:
+    """The mean of `columns`, each the mean of its (report, metric) components, full minus other; one column of one
+    report is metrics.paired_bootstrap, draw for draw."""
     if not columns:
         return None
     seeds = tuple(sorted(set.intersection(*(set(c.full_runs) & set(c.other_runs) for c in columns))))
     parts, examples = [], 0
     for tested in columns:
-        for report, metric in tested.components:
+        for report, report_metric in tested.components:
             arrays = _paired_arrays(column, [report], seeds, tested.full_runs, tested.other_runs)
             if arrays is None:
                 return None
             weight = 1.0 / (len(columns) * len(tested.components))
-            parts.append(PairedPart(metric, *arrays, weight=weight))
+            parts.append(PairedPart(report_metric, *arrays, weight=weight))
             examples += arrays[0].size
     result = paired_bootstrap_combined(parts, n=RESAMPLES, seed=BOOTSTRAP_SEED)
-    return PairedTest(variant, column, "average", 100.0 * result.difference, result.p_value, examples, seeds)
+    return PairedTest(variant, column, metric, 100.0 * result.difference, result.p_value, examples, seeds)

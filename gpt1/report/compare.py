@@ -167,7 +167,9 @@ def _average_score(jobs: list[Job], columns: list[Column], seed: int) -> float:
 
 def average_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], Job]) -> list[dict[str, Any]]:
     """Table 5's Avg, B - A, for each variant whose 8 columns' jobs both trees hold (on the seeds all of them have):
-    the paired test of the average (significance.average_test) and the seeds' t-test of the per-seed averages."""
+    the paired test of the average (significance.average_test) and the seeds' t-test of the per-seed averages. As
+    for a cell, A and B are the metrics' means over those seeds, the paired test is over the ones with predictions;
+    the rows join the cells' Holm family."""
     from gpt1.report.tables import AVERAGE_COLUMN, load_paper, make_columns
 
     columns = [c for c in make_columns("table5", load_paper()["tables"]["table5"]) if c.task is not None]
