@@ -3,8 +3,9 @@
 A cell is one fine-tuning job kind (task x variant) and one number the paper reports for it (its paper metric, e.g.
 CoLA's MCC); and, for each variant whose 8 GLUE columns both trees hold, Table 5's Avg. B minus A is tested twice
 where it can be:
-- paired, on the evaluation examples both scored (gpt1.evaluation.significance: a paired bootstrap, seed s of A with
-  seed s of B, the seeds pooled): is the difference larger than the choice of evaluation examples explains?
+- paired, on the evaluation examples both scored (gpt1.evaluation.significance: a paired bootstrap, each side the
+  mean of its seeds, the examples drawn once for all): is the difference larger than the choice of evaluation
+  examples explains?
 - across seeds, where both trees have two or more seeds in common (a paired t-test of the per-seed scores): is it
   larger than the seeds' spread explains? A change of a training setting moves a score the way a new seed does, so
   this is the test that counts when it exists.
