@@ -113,12 +113,11 @@ class ColumnRuns:
     other_runs: Runs
 
 
-def _paired_arrays(column: str, reports: Sequence[str], seeds: Sequence[int], full_runs: Runs, other_runs: Runs
+def _paired_arrays(column: str, report: str, seeds: Sequence[int], full_runs: Runs, other_runs: Runs
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Labels and both sides' predictions (seeds x examples) on the examples of `reports` that every seed of both
+    """Labels and both sides' predictions (seeds x examples) on the examples of `report` that every seed of both
     sides scored; None where there is none. A label that differs between runs is an error."""
-    wanted = set(reports)
-    shared = set.intersection(*({k for k in full_runs[s] if k[0] in wanted and k in other_runs[s]} for s in seeds)) \
+    shared = set.intersection(*({k for k in full_runs[s] if k[0] == report and k in other_runs[s]} for s in seeds)) \
         if seeds else set()
     if not shared:
         return None
@@ -161,7 +160,7 @@ def _combined_test(variant: str, column: str, metric: str, columns: Sequence[Col
     parts, examples = [], 0
     for tested in columns:
         for report, report_metric in tested.components:
-            arrays = _paired_arrays(column, [report], seeds, tested.full_runs, tested.other_runs)
+            arrays = _paired_arrays(column, report, seeds, tested.full_runs, tested.other_runs)
             if arrays is None:
                 return None
             weight = 1.0 / (len(columns) * len(tested.components))

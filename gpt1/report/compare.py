@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -30,9 +30,7 @@ from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import CompareError, ReportError
 from gpt1.pipeline.files import flatten, read_json
 from gpt1.report.inputs import verified_predictions
-
-if TYPE_CHECKING:
-    from gpt1.report.tables import Column
+from gpt1.report.tables import AVERAGE_COLUMN, Column, load_paper, make_columns
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
 NOISE = ("content_sha256", "files", "source", "sha256_of_files")  # provenance, not settings
@@ -171,12 +169,10 @@ def average_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], J
     the paired test of the average (significance.average_test) and the seeds' t-test of the per-seed averages. As
     for a cell, A and B are the metrics' means over those seeds, the paired test is over the ones with predictions;
     the rows join the cells' Holm family."""
-    from gpt1.report.tables import AVERAGE_COLUMN, load_paper, make_columns
-
     columns = [c for c in make_columns("table5", load_paper()["tables"]["table5"]) if c.task is not None]
     rows = []
     for variant in sorted({v for _, v in a.keys() & b.keys()}):
-        keys = [(c.task, variant) for c in columns if c.task is not None]
+        keys = [(c.task, variant) for c in columns]
         if not all(k in a and k in b for k in keys):
             continue
         seeds = sorted(set.intersection(*(set(a[k].metrics) & set(b[k].metrics) for k in keys)))
