@@ -32,6 +32,7 @@ from gpt1.report.numbers import paper_average, round_half_up
 from gpt1.report.stage import CURATED_METRICS, build_report, curated_metrics, declared_outputs, render_report
 from gpt1.report.tables import load_paper
 from gpt1.stages.layers import FIELDS as LAYER_FIELDS
+from gpt1.stages.zeroshot import HELDOUT_FIELDS
 
 PAPER = load_paper()
 MNLI_CUT = Cut("validation_matched", 0.0, 0.8, 0)
@@ -108,7 +109,8 @@ def fake_record(sealed: Path) -> dict[str, Any]:
     if sealed.name == "zeroshot.json":
         return {"model_kind": sealed.parent.name, "model_dir": "fake", "profile": "smoke", "n_ctx": 128,
                 "tokenizer_sha256": "0" * 64, "zeroshot": {}, "references": {}, "tasks": {}, "snapshots": [],
-                "notes": [], "numerics": FAKE_NUMERICS}
+                "notes": [], "numerics": FAKE_NUMERICS, "heldout_lm": {"data": "fake", "articles": 1, "titles": [],
+                                                                        "words": 1, "scored_tokens": 1}}
     return {"val_loss": 4.7, "val_perplexity": 110.0, "train_loss": 4.8, "steps": 1500, "tokens": 6_000_000,
             "flops": 1e15, "flops_per_token": 3e7, "parameters": 5_000_000, "world_size": 1}
 
@@ -167,6 +169,8 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
         write_csv(results / "analyses" / "zeroshot" / model / "zeroshot.csv",
                   ["model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first"], rows,
                   "zeroshot.json")
+        write_csv(results / "analyses" / "zeroshot" / model / "heldout.csv", list(HELDOUT_FIELDS),
+                  heldout_rows(model, steps, 0.0 if model == "gpt" else 0.5), "zeroshot.json")
         curve = []
         for step in range(100, 1501, 100):
             loss = (4.2 if model == "gpt" else 4.6) + 4.0 * math.exp(-step / 300)
@@ -174,6 +178,17 @@ def write_analyses(results: Path, seeds: tuple[int, ...] = (0, 1), n_layer: int 
                           "val_loss": loss, "val_perplexity": math.exp(loss)})
         write_csv(results / "pretrain" / model / "curves.csv",
                   ["step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity"], curve, "metrics.json")
+
+
+ARTICLE_TOKENS = (300, 800, 150, 1200, 500, 640)
+ARTICLE_DIFFICULTY = (0.3, -0.2, 0.5, 0.0, -0.4, 0.1)  # nats per token, shared by both models (paired away)
+
+
+def heldout_rows(model: str, steps: list[int], worse_by: float) -> list[dict[str, Any]]:
+    """heldout.csv of a model whose loss falls with updates, `worse_by` nats per token above the GPT's."""
+    return [{"model": model, "step": step, "tokens": step * 4096, "article": i, "scored_tokens": tokens,
+             "words": tokens * 3 // 4, "nll": tokens * (4.0 + 3.0 / math.log(step + 2) + worse_by + hard + 0.01 * i)}
+            for step in steps for i, (tokens, hard) in enumerate(zip(ARTICLE_TOKENS, ARTICLE_DIFFICULTY, strict=True))]
 
 
 def write_everything(results: Path, cfg: Config) -> None:
@@ -551,7 +566,7 @@ def test_every_output_is_written_and_summary_holds_numbers_only(tmp_path: Path) 
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in summary.values())
     for key in ("table5.pretrained.avg", "table4.glue_average.pretrained", "table2.scratch.mnli_m",
                 "table3.pretrained.race_h", "figure2_left.mnli.dev_accuracy", "figure2_right.lstm.dprd.normalised",
-                "pretrain.gpt.val_perplexity", "report.gaps"):
+                "pretrain.gpt.val_perplexity", "heldout.gpt.perplexity", "heldout.lstm_minus_gpt.p", "report.gaps"):
         assert key in summary, key
     assert summary["report.gaps"] == 0
 
@@ -597,6 +612,10 @@ def test_figures_are_drawn_from_partial_inputs(tmp_path: Path) -> None:
     (results / "analyses" / "zeroshot" / "lstm" / "zeroshot.csv").unlink()
     report = render_report(config(seeds=[0, 1]), results, out)
     assert any("zeroshot/lstm/zeroshot.csv" in g.note for g in report.gaps)
+    (results / "analyses" / "zeroshot" / "gpt" / "heldout.csv").unlink()
+    report = render_report(config(seeds=[0, 1]), results, out)
+    assert any("zeroshot/gpt/heldout.csv" in g.note for g in report.gaps)
+    assert "heldout.lstm.perplexity" in report.summary and "heldout.lstm_minus_gpt.p" not in report.summary
     assert any("layers/mnli/1/layers.csv" in g.note for g in report.gaps)
     for name in FIGURES:
         assert (out / "figures" / f"{name}.svg").stat().st_size > 1000
@@ -887,6 +906,24 @@ def test_table5s_average_counts_only_the_seeds_every_column_has(tmp_path: Path) 
     assert table[("ours: Transformer w/ aux LM (full)", "avg")]["seeds"] == "0"
 
 
+def test_heldout_summary_is_each_models_last_point_and_their_paired_difference(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    write_analyses(results, (0,))
+    summary = build_report(Plan.from_params(config(seeds=[0]).root), results).summary
+    tokens = np.array(ARTICLE_TOKENS)
+    gpt = heldout_rows("gpt", [1500], 0.0)
+    loss = sum(r["nll"] for r in gpt) / tokens.sum()
+    assert summary["heldout.gpt.loss"] == pytest.approx(loss, abs=1e-4)
+    assert summary["heldout.gpt.perplexity"] == pytest.approx(math.exp(loss), abs=1e-3)
+    assert summary["heldout.gpt.word_perplexity"] == pytest.approx(
+        math.exp(sum(r["nll"] for r in gpt) / sum(r["words"] for r in gpt)), abs=1e-3)
+    assert summary["heldout.gpt.loss_se"] > 0.05  # the articles differ by up to 0.9 nats
+    # The LSTM is 0.5 nats worse on every article: paired, the articles' own difficulty drops out.
+    assert summary["heldout.lstm_minus_gpt.loss"] == pytest.approx(0.5, abs=1e-4)
+    assert summary["heldout.lstm_minus_gpt.loss_se"] < 1e-3 < summary["heldout.gpt.loss_se"]
+    assert summary["heldout.lstm_minus_gpt.p"] < 0.01
+
+
 def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():
     summary = {"pretrain.gpt.val_perplexity": 212.3496, "figure2_left.mnli.dev_accuracy": 40.0,
                "figure2_left.race.dev_accuracy": 27.75, "table4.glue_average.pretrained": 42.1506, "report.gaps": 3}
@@ -894,6 +931,7 @@ def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():
     assert list(metrics) == [*CURATED_METRICS, "gaps"]
     assert metrics["ppl_gpt"] == 212.3496 and metrics["glue"] == 42.1506 and metrics["layers"] == 33.875
     assert metrics["ppl_lstm"] is None and metrics["zs_gpt"] is None and metrics["gaps"] == 3
+    assert metrics["heldout_gpt"] is None
 
 
 def test_a_paper_yaml_without_the_papers_recipe_is_refused_naming_the_key(tmp_path: Path) -> None:

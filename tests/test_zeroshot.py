@@ -349,9 +349,11 @@ def test_stage_scores_every_snapshot_and_the_final_model(kind, tiny_data: TinyDa
     write_pretrain_folder(model_dir, kind, cfg, tiny_data.tokenizer, steps=(1, 5), final=12)
     report = zeroshot_stage(cfg, model_dir, tiny_data.tokenizer, out)
 
-    assert sorted(p.name for p in out.iterdir()) == ["zeroshot.csv", "zeroshot.json"]  # nothing temporary left
-    saved = read_sealed_json(out / "zeroshot.json", "zeroshot")  # sealed, and it records the CSV beside it
-    verify_file(out / "zeroshot.csv", saved.pop("files")["zeroshot.csv"], "zeroshot", out / "zeroshot.json")
+    assert sorted(p.name for p in out.iterdir()) == ["heldout.csv", "zeroshot.csv", "zeroshot.json"]  # no temp
+    saved = read_sealed_json(out / "zeroshot.json", "zeroshot")  # sealed, and it records the CSVs beside it
+    files = saved.pop("files")
+    for name in ("zeroshot.csv", "heldout.csv"):
+        verify_file(out / name, files[name], "zeroshot", out / "zeroshot.json")
     assert saved == json.loads(json.dumps(report))
     assert saved["model_kind"] == kind
     entries = saved["snapshots"]
@@ -386,6 +388,27 @@ def test_stage_scores_every_snapshot_and_the_final_model(kind, tiny_data: TinyDa
                               f"tags.`gpt1.stage` = 'zeroshot' and tags.`gpt1.model_kind` = '{kind}'")
     history = client.get_metric_history(runs[0].info.run_id, "race_normalised")
     assert sorted(m.step for m in history) == [1, 5, 12]
+    history = client.get_metric_history(runs[0].info.run_id, "heldout_perplexity")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+        (e["step"], pytest.approx(e["heldout_lm"]["perplexity"])) for e in entries]
+
+    # The held-out perplexity at every point, from the per-article losses heldout.csv keeps.
+    info = saved["heldout_lm"]
+    assert info["data"] == "synthetic WikiText-style articles" and info["articles"] == len(info["titles"]) >= 2
+    with open(out / "heldout.csv") as handle:
+        articles = list(csv.DictReader(handle))
+    assert list(articles[0]) == ["model", "step", "tokens", "article", "scored_tokens", "words", "nll"]
+    assert len(articles) == 3 * info["articles"] and {r["model"] for r in articles} == {kind}
+    for entry in entries:
+        mine = [r for r in articles if int(r["step"]) == entry["step"]]
+        assert {int(r["tokens"]) for r in mine} == {entry["tokens"]}
+        tokens = sum(int(r["scored_tokens"]) for r in mine)
+        assert tokens == info["scored_tokens"] == entry["heldout_lm"]["scored_tokens"]
+        loss = sum(float(r["nll"]) for r in mine) / tokens
+        assert entry["heldout_lm"]["loss"] == pytest.approx(loss)
+        assert entry["heldout_lm"]["perplexity"] == pytest.approx(math.exp(loss))
+        assert 0 < entry["heldout_lm"]["loss_se"] < loss
+    assert entries[0]["heldout_lm"]["loss"] != entries[-1]["heldout_lm"]["loss"]  # each point its own weights
 
 
 def test_stage_skips_a_final_model_equal_to_the_last_snapshot(tiny_data: TinyData, mlflow_env, tmp_path):

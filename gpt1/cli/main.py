@@ -187,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.choices[stage].add_argument("--examples", type=Path, default=None,
                                         help="folder of the encode-task stage for this task (default: load and "
                                              "tokenise the task's data here)")
-    _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) on every pre-training snapshot; "
-           "write OUT/zeroshot.json and zeroshot.csv.", _zeroshot, ("--model-dir", "folder of the pretrain stage"),
+    _stage(sub, "zeroshot", "Score the zero-shot heuristics (CoLA, SST-2, RACE, DPRD) and the held-out perplexity "
+           "(WikiText-2) on every pre-training snapshot; write OUT/zeroshot.json, zeroshot.csv and heldout.csv.",
+           _zeroshot, ("--model-dir", "folder of the pretrain stage"),
            ("--tokenizer", "folder of the bpe stage"), ("--out", "output folder"))
     _stage(sub, "report", "Render the paper's Tables 2-5 and Figure 2 beside ours into OUT/tables and OUT/figures.",
            _report, ("--results", "the profile's results folder"), ("--out", "output folder"))

@@ -103,6 +103,7 @@ FINETUNE_FILES = (FINETUNE_METRICS, PREDICTIONS, FINETUNE_CURVES)
 
 # analyses/zeroshot/<model>/ and analyses/layers/<task>/<seed>/
 ZEROSHOT_JSON, ZEROSHOT_CSV = "zeroshot.json", "zeroshot.csv"
+HELDOUT_CSV = "heldout.csv"  # WikiText-2's loss per article at every point (zero-shot stage)
 LAYERS_JSON, LAYERS_CSV = "layers.json", "layers.csv"
 
 # tables/, figures/ and the DVC metrics file (report)
@@ -167,7 +168,7 @@ def finetune_outputs(task: str, variant: str, seed: int | str) -> list[str]:
 
 
 def zeroshot_outputs(model: str) -> list[str]:
-    return _in(zeroshot_dir(model), ZEROSHOT_JSON, ZEROSHOT_CSV)
+    return _in(zeroshot_dir(model), ZEROSHOT_JSON, ZEROSHOT_CSV, HELDOUT_CSV)
 
 
 def layers_outputs(task: str, seed: int | str) -> list[str]:

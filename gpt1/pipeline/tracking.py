@@ -71,7 +71,7 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # The report run's curated metrics (gpt1.report.stage.CURATED_METRICS, then gaps; tests/test_tracking.py checks),
 # the views' columns in this order.
 VIEW_METRICS = ("ppl_gpt", "ppl_lstm", "glue", "glue_scratch", "race", "t5_no_aux", "t5_lstm", "layers", "zs_gpt",
-                "zs_lstm", "gaps")
+                "zs_lstm", "heldout_gpt", "heldout_lstm", "gaps")
 UI_BASE = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 DIGEST_CHARS = 32  # MLflow stores a dataset digest in 36 characters (PostgreSQL enforces it); the full hash is a tag
 # Stores with a model registry: a database, a server, Databricks (a file store under ./mlruns has none).

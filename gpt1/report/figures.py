@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpt1.evaluation.perplexity import perplexity_result
 from gpt1.report.inputs import LAYER_TASKS, MODELS, Analyses, Gap, gap_notes
 from gpt1.report.numbers import mean_sd
 
@@ -63,6 +65,30 @@ def layer_means(analyses: Analyses) -> dict[str, dict[str, list[float]]]:
 def zeroshot_points(rows: Sequence[dict[str, Any]], task: str) -> list[tuple[int, float, float]]:
     """(pre-training step, normalised score, its standard error) of one task, by step."""
     return sorted((r["step"], r["normalised"], r["normalised_se"]) for r in rows if r["task"] == task)
+
+
+@dataclass(frozen=True)
+class HeldoutPoint:
+    """One point of a model's held-out perplexity: its articles' scored tokens, words and summed losses, in order."""
+
+    step: int
+    tokens: int
+    scored_tokens: np.ndarray
+    words: np.ndarray
+    nll: np.ndarray
+
+    def result(self) -> dict[str, Any]:
+        return perplexity_result(self.scored_tokens, self.words, self.nll)
+
+
+def heldout_points(rows: Sequence[dict[str, Any]]) -> list[HeldoutPoint]:
+    """heldout.csv's rows as points, by step."""
+    points = []
+    for step in sorted({r["step"] for r in rows}):
+        mine = sorted((r for r in rows if r["step"] == step), key=lambda r: r["article"])
+        points.append(HeldoutPoint(step, mine[0]["tokens"], *(np.array([r[key] for r in mine])
+                                                              for key in ("scored_tokens", "words", "nll"))))
+    return points
 
 
 def _new_figure(width: float = 5.0, height: float = 3.8, panels: int = 1) -> tuple[Any, list[Any]]:
@@ -164,7 +190,8 @@ def figure2_right(analyses: Analyses) -> Any:
 
 def pretraining_figure(analyses: Analyses) -> Any:
     """Validation perplexity (log) and training loss against training tokens, for the GPT and the LSTM (tokens, not
-    updates: the two may train with different batches, pretrain.by_model)."""
+    updates: the two may train with different batches, pretrain.by_model); beside the validation perplexity, the
+    held-out one on WikiText-2 at the zero-shot stage's points, with its 1-SE band (by article)."""
     figure, (left, right) = _new_figure(4.2, 3.4, panels=2)
     for model, rows in analyses.curves.items():
         label, style = MODELS.get(model, (model, ":"))
@@ -173,13 +200,23 @@ def pretraining_figure(analyses: Analyses) -> Any:
             points = sorted((r["tokens"], r[column]) for r in rows if r[column] is not None)
             if points:
                 tokens, values = zip(*points, strict=True)
-                axis.plot(tokens, values, style, color=colour, marker="o", markersize=2.5, label=label)
-    for axis, name in ((left, "Validation perplexity"), (right, "Training loss")):
+                axis.plot(tokens, values, style, color=colour, marker="o", markersize=2.5,
+                          label=f"{label}, novels (validation)" if axis is left else label)
+    for model, rows in analyses.heldout.items():
+        label, colour = MODELS.get(model, (model, ":"))[0], COLOURS.get(model, "tab:gray")
+        points = [(p.tokens, p.result()) for p in heldout_points(rows) if p.tokens > 0]
+        if points:
+            tokens = [t for t, _ in points]
+            left.plot(tokens, [r["perplexity"] for _, r in points], ":", color=colour, marker="s", markersize=2.5,
+                      label=f"{label}, WikiText-2 (held out)")
+            left.fill_between(tokens, *zip(*(r["perplexity_1se"] for _, r in points), strict=True), color=colour,
+                              alpha=0.15, linewidth=0)
+    for axis, name in ((left, "Perplexity"), (right, "Training loss")):
         axis.set_xlabel("Pre-training tokens")
         axis.set_ylabel(name)
         axis.grid(alpha=0.3, which="both")
         if axis.lines:
-            axis.legend(fontsize=8, frameon=False)
+            axis.legend(fontsize=7 if axis is left else 8, frameon=False)
         else:
             _no_data(axis, "pre-training curves")
     if left.lines:

@@ -48,6 +48,15 @@ ZEROSHOT_FIELDS = {
     "normalised_se": "number",
     "p_vs_first": "number|empty",
 }
+HELDOUT_FIELDS = {  # one article's summed loss at one point (gpt1.stages.zeroshot's heldout.csv)
+    "model": "str",
+    "step": "int",
+    "tokens": "int",
+    "article": "int",
+    "scored_tokens": "int",
+    "words": "int",
+    "nll": "number",
+}
 CURVE_FIELDS = {
     "step": "int",
     "tokens": "int",
@@ -341,6 +350,7 @@ class Analyses:
 
     layers: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     zeroshot: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    heldout: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     gaps: dict[str, list[Gap]] = field(default_factory=dict)  # by figure name
 
@@ -369,6 +379,11 @@ def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
                             layout.ZEROSHOT_JSON)
         if rows is not None:
             found.zeroshot[model] = rows
+        path = results_dir / layout.zeroshot_dir(model) / layout.HELDOUT_CSV
+        rows = _rows_or_gap(found, "pretraining", path, HELDOUT_FIELDS, why, producer, "zeroshot",
+                            layout.ZEROSHOT_JSON)
+        if rows is not None:
+            found.heldout[model] = rows
         path = results_dir / layout.pretrain_dir(model) / layout.PRETRAIN_CURVES
         producer = f"gpt1 pretrain --model {model}"
         rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, producer, "pretrain",

@@ -7,6 +7,7 @@ Inputs (all under RESULTS = results/<profile>, only for the lists of params.yaml
                                                                     (gpt1.evaluation.significance)
   analyses/layers/<task>/<seed>/layers.csv          gpt1.stages.layers     Figure 2 (left)
   analyses/zeroshot/<model>/zeroshot.csv            gpt1.stages.zeroshot   Figure 2 (right)
+  analyses/zeroshot/<model>/heldout.csv             gpt1.stages.zeroshot   held-out perplexity (WikiText-2)
   pretrain/<model>/curves.csv                       gpt1.stages.pretrain   pre-training curves
   pretrain/gpt/snapshots/, tokenizer/               gpt1.stages.pretrain, gpt1.stages.bpe   the page of samples
 Outputs (OUT = results/<profile>): OUT/tables/table{2,3,4,5}.{md,tex,csv,html}, OUT/tables/summary.json (every
@@ -23,12 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from gpt1.evaluation.perplexity import paired_loss_test
 from gpt1.pipeline import layout
 from gpt1.pipeline.files import staged_outputs, write_json
 from gpt1.pipeline.plan import Plan
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
     ZEROSHOT_TASKS,
+    HeldoutPoint,
+    heldout_points,
     layer_means,
     save_figure,
 )
@@ -97,6 +103,27 @@ def analysis_summary(analyses: Analyses) -> dict[str, float]:
         if perplexity:
             last = max(perplexity, key=lambda r: r["step"])
             summary[f"pretrain.{model}.val_perplexity"] = _rounded(last["val_perplexity"])
+    return {**summary, **heldout_summary(analyses)}
+
+
+def heldout_summary(analyses: Analyses) -> dict[str, float]:
+    """Each model's held-out perplexity at its last point, and the LSTM's loss minus the GPT's on the same articles
+    (the paired bootstrap over articles), where both are there and scored the same articles."""
+    summary: dict[str, float] = {}
+    last: dict[str, HeldoutPoint] = {}
+    for model, rows in analyses.heldout.items():
+        points = heldout_points(rows)
+        if points:
+            last[model] = points[-1]
+            result = points[-1].result()
+            for key in ("loss", "loss_se", "perplexity", "word_perplexity"):
+                summary[f"heldout.{model}.{key}"] = _rounded(result[key])
+    gpt, lstm = last.get("gpt"), last.get("lstm")
+    if gpt is not None and lstm is not None and np.array_equal(gpt.scored_tokens, lstm.scored_tokens):
+        test, se = paired_loss_test(gpt.scored_tokens, lstm.nll, gpt.nll)
+        summary.update({"heldout.lstm_minus_gpt.loss": _rounded(test.difference),
+                        "heldout.lstm_minus_gpt.loss_se": _rounded(se),
+                        "heldout.lstm_minus_gpt.p": _rounded(test.p_value)})
     return summary
 
 
@@ -118,6 +145,8 @@ CURATED_METRICS: dict[str, tuple[str, ...]] = {
     "layers": ("figure2_left.mnli.dev_accuracy", "figure2_left.race.dev_accuracy"),
     "zs_gpt": tuple(f"figure2_right.gpt.{task}.normalised" for task in ("cola", "sst2", "race", "dprd")),
     "zs_lstm": tuple(f"figure2_right.lstm.{task}.normalised" for task in ("cola", "sst2", "race", "dprd")),
+    "heldout_gpt": ("heldout.gpt.perplexity",),
+    "heldout_lstm": ("heldout.lstm.perplexity",),
 }
 
 

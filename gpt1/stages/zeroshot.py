@@ -1,7 +1,9 @@
 """The zero-shot stage (`gpt1 zeroshot`, the paper's §5, Figure 2 right): the four heuristics of
 `gpt1.evaluation.probes` on every pre-training snapshot of a model and its final weights, on the profile's task data
-(`zeroshot` settings, params.yaml's zeroshot_reference); zeroshot.json and zeroshot.csv written together, each point's
-metrics to MLflow (x axis: the snapshot's update count).
+(`zeroshot` settings, params.yaml's zeroshot_reference); and at every point the held-out perplexity on WikiText-2's
+validation articles (`gpt1.evaluation.perplexity`: text no stage and no choice has seen; the pre-training's own
+validation windows chose its recipe). zeroshot.json, zeroshot.csv and heldout.csv (the loss per article, which the
+report pairs across models) written together, each point's metrics to MLflow (x axis: the snapshot's update count).
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from gpt1.data.rows import LoadedSplit, evaluation_split, load_examples, mirror_splits
 from gpt1.data.tasks import get_task
 from gpt1.data.tokenizer import GPT1Tokenizer
+from gpt1.data.wikitext import WIKITEXT2, load_articles
+from gpt1.evaluation.perplexity import DocumentProbe, document_losses, document_probe, perplexity_result
 from gpt1.evaluation.probes import (
     HEURISTICS,
     METRICS,
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
     from gpt1.pipeline.tracking import StageRun
 
 CSV_FIELDS = ("model", "step", "task", "metric", "raw", "se", "normalised", "normalised_se", "p_vs_first")
+HELDOUT_FIELDS = ("model", "step", "tokens", "article", "scored_tokens", "words", "nll")
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,17 @@ def prepare_task(cfg: Config, tokenizer: GPT1Tokenizer, name: str, n_ctx: int) -
         info["note"] = f"DPR has no training here, so its {split!r} split is a legitimate evaluation split"
     info["truncated_rows"] = count_truncated(probe, n_ctx)
     return TaskData(name, probe, split, info)
+
+
+def prepare_heldout(cfg: Config, tokenizer: GPT1Tokenizer) -> tuple[DocumentProbe, dict[str, Any]]:
+    """WikiText-2's validation articles as token ids (made-up articles in WikiText's layout for synthetic data)."""
+    articles = load_articles(None if cfg.synthetic else cfg.data_mirror, cfg.synthetic)
+    probe = document_probe(tokenizer, articles)
+    data = "synthetic WikiText-style articles" if cfg.synthetic else f"{WIKITEXT2} from " + (
+        f"the mirror {cfg.data_mirror}" if cfg.data_mirror else "the Hugging Face hub")
+    info = {"data": data, "articles": len(articles), "titles": list(probe.titles), "words": sum(probe.words),
+            "scored_tokens": int(probe.scored_tokens.sum())}
+    return probe, info
 
 
 def check_inputs(model_dir: Path, tokenizer: GPT1Tokenizer) -> dict[str, Any]:
@@ -172,8 +189,14 @@ def _csv_rows(kind: str, entries: Sequence[dict[str, Any]]) -> list[dict[str, An
             for e in entries for task, r in e["tasks"].items()]
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    write_csv(path, CSV_FIELDS, rows)
+def _heldout_rows(kind: str, point: Point, probe: DocumentProbe, nll: np.ndarray) -> list[dict[str, Any]]:
+    return [{"model": kind, "step": point.step, "tokens": point.tokens, "article": i, "scored_tokens": int(tokens),
+             "words": words, "nll": float(v)}
+            for i, (tokens, words, v) in enumerate(zip(probe.scored_tokens, probe.words, nll, strict=True))]
+
+
+def _heldout_metrics(result: dict[str, Any]) -> dict[str, float]:
+    return {f"heldout_{key}": result[key] for key in ("loss", "loss_se", "perplexity", "word_perplexity")}
 
 
 def _mlflow_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -197,28 +220,38 @@ NOTES = [
     "the examples, for one pre-trained model); p_vs_first: the paired bootstrap p-value of a point "
     "against the first on the same examples (beyond one standard error is about p < 0.32, two p < 0.05).",
     "The final model is the last entry (final: true) only when its step differs from the last snapshot's.",
+    "heldout_lm: the perplexity on WikiText-2's validation articles, text the model never saw and no setting was "
+    "chosen on (the pre-training's validation windows chose its recipe); every token but an article's first is "
+    "scored once, in windows of n_ctx tokens overlapping by one; loss in nats per token, its SE a bootstrap over "
+    "articles; word_perplexity divides the same loss by WikiText's word count (words plus one end-of-line per "
+    "line), comparable across vocabularies; heldout.csv has each article's summed loss.",
 ]
 
 
-def score_points(points: list[Point], tasks: list[TaskData], references: dict[str, Any], tokenizer_sha256: str,
-                 device: torch.device, run: StageRun, kind: str) -> list[dict[str, Any]]:
-    """Every snapshot scored on every task: an entry per point, each task's result against the first point's;
-    each point's metrics logged at its update count."""
+def score_points(points: list[Point], tasks: list[TaskData], heldout: DocumentProbe, references: dict[str, Any],
+                 tokenizer_sha256: str, device: torch.device, run: StageRun,
+                 kind: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every snapshot scored on every task and on the held-out articles: an entry per point, each task's result
+    against the first point's; the rows of heldout.csv; each point's metrics logged at its update count."""
     from tqdm import tqdm
 
-    entries, first = [], None
-    with tqdm(total=len(points) * len(tasks), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
+    entries, rows, first = [], [], None
+    with tqdm(total=len(points) * (len(tasks) + 1), desc=f"zeroshot {kind}", unit="task", dynamic_ncols=True) as bar:
         for point in points:
             model = load_point(point, tokenizer_sha256, device)
             scored = score_point(model, tasks, bar)
             results = {t.name: task_result(t, references[t.name], scored[t.name],
                                            None if first is None else first[t.name]) for t in tasks}
             first = scored if first is None else first
+            nll = document_losses(model, heldout)
+            bar.update(1)
+            heldout_lm = perplexity_result(heldout.scored_tokens, np.array(heldout.words), nll)
+            rows += _heldout_rows(kind, point, heldout, nll)
             entries.append({"index": point.index, "step": point.step, "tokens": point.tokens,
                             "val_loss": point.val_loss, "final": point.index is None,
-                            "weights": str(point.weights), "tasks": results})
-            run.log_metrics(_mlflow_metrics(results), step=point.step)
-    return entries
+                            "weights": str(point.weights), "tasks": results, "heldout_lm": heldout_lm})
+            run.log_metrics({**_mlflow_metrics(results), **_heldout_metrics(heldout_lm)}, step=point.step)
+    return entries, rows
 
 
 def zeroshot_stage(cfg: Config, model_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -234,6 +267,7 @@ def zeroshot_stage(cfg: Config, model_dir: Path, tokenizer_dir: Path, out_dir: P
     references = check_references(cfg.root["zeroshot_reference"])
     n_ctx = int(meta["config"]["n_ctx"])
     tasks = [prepare_task(cfg, tokenizer, name, n_ctx) for name in TASK_ORDER]  # data errors surface before scoring
+    heldout, heldout_info = prepare_heldout(cfg, tokenizer)
     device = default_device()  # the snapshots are scored where fine-tuning would run
     numerics = in_effect(device.type)
     note_upstream(numerics, meta.get("numerics"), str(model_dir))
@@ -243,20 +277,25 @@ def zeroshot_stage(cfg: Config, model_dir: Path, tokenizer_dir: Path, out_dir: P
 
     with published_run("zeroshot", cfg, params, name=f"zeroshot {kind}") as run:
         run.set_tags({"gpt1.model_kind": kind, "gpt1.tokenizer_sha256": tokenizer_sha256})
-        entries = score_points(points, tasks, references, tokenizer_sha256, device, run, kind)
+        entries, heldout_rows = score_points(points, tasks, heldout, references, tokenizer_sha256, device, run, kind)
         report = {
             "model_kind": kind, "model_dir": str(model_dir), "profile": cfg.profile, "n_ctx": n_ctx,
             "tokenizer_sha256": tokenizer_sha256, "zeroshot": cfg.section("zeroshot"),
-            "references": references, "tasks": {t.name: t.info for t in tasks}, "snapshots": entries,
+            "references": references, "tasks": {t.name: t.info for t in tasks}, "heldout_lm": heldout_info,
+            "snapshots": entries,
             "numerics": numerics.to_json(),
             "notes": [note.format(cola_split=tasks[0].split, resamples=RESAMPLES) for note in NOTES],
         }
-        with staged_outputs(out_dir / layout.ZEROSHOT_JSON, out_dir / layout.ZEROSHOT_CSV) as (json_tmp, csv_tmp):
-            _write_csv(csv_tmp, _csv_rows(kind, entries))
-            records.write("zeroshot", json_tmp, {**report, "files": {layout.ZEROSHOT_CSV: file_record(csv_tmp)}})
-        run.log_output(out_dir / layout.ZEROSHOT_JSON)
-        run.log_output(out_dir / layout.ZEROSHOT_CSV)
+        outputs = [out_dir / name for name in (layout.ZEROSHOT_JSON, layout.ZEROSHOT_CSV, layout.HELDOUT_CSV)]
+        with staged_outputs(*outputs) as (json_tmp, csv_tmp, heldout_tmp):
+            write_csv(csv_tmp, CSV_FIELDS, _csv_rows(kind, entries))
+            write_csv(heldout_tmp, HELDOUT_FIELDS, heldout_rows)
+            files = {layout.ZEROSHOT_CSV: file_record(csv_tmp), layout.HELDOUT_CSV: file_record(heldout_tmp)}
+            records.write("zeroshot", json_tmp, {**report, "files": files})
+        for path in outputs:
+            run.log_output(path)
     return report
 
 
-__all__ = ["CSV_FIELDS", "check_inputs", "check_references", "list_points", "prepare_task", "zeroshot_stage"]
+__all__ = ["CSV_FIELDS", "HELDOUT_FIELDS", "check_inputs", "check_references", "list_points", "prepare_heldout",
+           "prepare_task", "zeroshot_stage"]

@@ -15,6 +15,7 @@ rule zeroshot:
     output:
         json=out(layout.zeroshot_dir("{model}"), layout.ZEROSHOT_JSON),
         csv=out(layout.zeroshot_dir("{model}"), layout.ZEROSHOT_CSV),
+        heldout=out(layout.zeroshot_dir("{model}"), layout.HELDOUT_CSV),
     log:
         log_file("zeroshot-{model}"),
     wildcard_constraints:
