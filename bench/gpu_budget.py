@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,7 @@ HUB_SPLITS = {
     "sst2": (67_349, 872), "cola": (8_551, 1_043),
 }
 MIRROR_BOOK_CHARS = 52_377_526  # the mirror's 99 novels (books/gutenberg/README.md)
+WIKITEXT2_TOKENS = 240_533  # WikiText-2 validation's 60 articles, released vocabulary (gpt1.evaluation.perplexity)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -385,16 +387,21 @@ def render_plan(phases: list[Phase], args: argparse.Namespace) -> str:
 
 def zeroshot_line(cfg: Config, gpt: Costs, lstm: Costs, lengths: dict[str, Lengths], args: argparse.Namespace) -> Line:
     """Forward passes with the LM head over every position: CoLA and SST-2 (train, for the threshold and offset,
-    and validation, SST-2 twice: two label words), RACE validation (4 answers); DPRD is small and left out."""
+    and validation, SST-2 twice: two label words), RACE validation (4 answers), WikiText-2's articles (the held-out
+    perplexity: windows of n_ctx overlapping by one); DPRD is small and left out."""
     cap = cfg.p["zeroshot"]["max_examples"]
     scored = {"cola": HUB_SPLITS["cola"][0] + capped(HUB_SPLITS["cola"][1], cap),
               "sst2": 2 * (HUB_SPLITS["sst2"][0] + capped(HUB_SPLITS["sst2"][1], cap)),
               "race": capped(4_887, cap)}
     points = cfg.p["pretrain"]["snapshots"]
     line = Line(f"zeroshot (2 models x {points} snapshots)", jobs=2)
+    n_ctx = cfg.p["model"]["n_ctx"]
+    window = Lengths(1, n_ctx, n_ctx**2, n_ctx, n_ctx**2)
+    windows = math.ceil(WIKITEXT2_TOKENS / (n_ctx - 1))
     for costs in (gpt, lstm):
-        tokens = points * sum(n * lengths[t].real for t, n in scored.items())
-        flops = points * sum(n * costs.score(lengths[t], lm_head=True) for t, n in scored.items())
+        tokens = points * (sum(n * lengths[t].real for t, n in scored.items()) + windows * n_ctx)
+        flops = points * (sum(n * costs.score(lengths[t], lm_head=True) for t, n in scored.items())
+                          + windows * costs.score(window, lm_head=True))
         before = line.seconds
         line.add(0, tokens, flops, costs.mfu, args)
         line.longest = max(line.longest, line.seconds - before)

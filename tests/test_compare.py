@@ -220,3 +220,32 @@ def test_table5s_average_is_compared_where_both_trees_hold_its_eight_columns(tmp
     assert full["examples"] == 30 * 9 and full["p paired"] < 0.01 and full["verdict"] == "changed"
     assert table.loc[(AVERAGE_TASK, "lstm"), "verdict"] == "untested (no predictions)"  # no predictions written
     assert len(table.loc[AVERAGE_TASK]) == 4  # a row for each of Table 5's 4 rows
+
+
+def heldout_tree(root: Path, nll: list[float], tokens: list[int]) -> Path:
+    """analyses/zeroshot/gpt/heldout.csv of two points (the first is not compared), sealed as the stage seals it."""
+    from tests.test_report import HELDOUT_FIELDS, write_csv
+
+    rows = [{"model": "gpt", "step": step, "tokens": 8 * step, "article": i, "scored_tokens": n, "words": n // 2,
+             "nll": value * (3 if step == 1 else 1)}
+            for step in (1, 50) for i, (n, value) in enumerate(zip(tokens, nll, strict=True))]
+    write_csv(root / "analyses" / "zeroshot" / "gpt" / "heldout.csv", list(HELDOUT_FIELDS), rows, "zeroshot.json")
+    return root
+
+
+def test_the_gpts_held_out_perplexity_is_compared_paired_by_article(tmp_path: Path) -> None:
+    from gpt1.report.compare import heldout_comparison
+
+    tokens = [100, 400, 250, 900]
+    hard = [4.0, 5.0, 4.5, 6.0]  # the articles differ far more than the two runs do
+    a = heldout_tree(tmp_path / "a", [n * h for n, h in zip(tokens, hard, strict=True)], tokens)
+    b = heldout_tree(tmp_path / "b", [n * (h - 0.1) for n, h in zip(tokens, hard, strict=True)], tokens)
+    line = heldout_comparison(a, b)
+    assert line.startswith("Held-out perplexity of the GPT (WikiText-2): A ")
+    assert "B - A -0.1000 nats a token, SE 0.0000 paired by article, p 0.001." in line
+    other = heldout_tree(tmp_path / "c", [n * 4.0 for n in [120, 380, 250, 900]], [120, 380, 250, 900])
+    assert "no paired test" in heldout_comparison(a, other) and "per WikiText-2 word" in heldout_comparison(a, other)
+    assert heldout_comparison(a, tmp_path / "none") is None
+    cells = pd.DataFrame([{"task": "sst2", "verdict": "within noise"}])
+    md = render(Comparison(cells, pd.DataFrame(), (None, None), 0.05, line), "a", "b")["compare.md"]
+    assert line in md

@@ -286,8 +286,10 @@ def test_dag_unpacks_a_mirror_holding_the_shared_mirrors_splits_and_checks_every
     assert sorted(p.name for p in (tmp_path / "repo" / "results" / "default").iterdir()) == sorted(dag.DATA)
     for name in ("rte", "cola", "sst2", "race", "dprd"):
         assert mirror_splits(get_task(name), carried) == mirror_splits(get_task(name), mirror)
-    high = Path("ehovy", "race", "high")
+    high, wikitext = Path("ehovy", "race", "high"), Path("Salesforce", "wikitext", "wikitext-2-raw-v1")
     assert (carried / high / "validation.parquet").read_bytes() == (mirror / high / "validation.parquet").read_bytes()
+    held_out = wikitext / "validation.parquet"  # the zero-shot stage's held-out perplexity
+    assert (carried / held_out).read_bytes() == (mirror / held_out).read_bytes()
     assert (carried / high / "train.parquet").stat().st_size == 0 and (mirror / high / "train.parquet").stat().st_size
     manifest["files"]["tasks/rte/made.json"]["sha256"] = "0" * 64
     with pytest.raises(RuntimeError, match=r"tar\.xz: tasks/rte/made\.json is [0-9a-f]{64}, the manifest says 0+"):

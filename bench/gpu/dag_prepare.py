@@ -135,10 +135,12 @@ def recorded_splits(results: Path, task: str) -> list[str] | None:
 def mirror_entries(results: Path, tasks: list[str], mirror: Path) -> dict[str, Path | None]:
     """Archive name -> file of the mirror, or None for an empty stand-in. A fine-tuning job compares the splits its
     mirror holds with those its encoded examples were made from (gpt1.data.rows.data_settings) and reads none of them:
-    each split of each task is there, as a stand-in, but the files the zero-shot stage reads, carried whole."""
+    each split of each task is there, as a stand-in, but the files the zero-shot stage reads, carried whole (its
+    held-out perplexity's WikiText-2 among them)."""
     from gpt1.data.rows import mirror_splits
     from gpt1.data.sources import DatasetRef, mirror_file
     from gpt1.data.tasks import get_task
+    from gpt1.data.wikitext import WIKITEXT2
 
     read = zeroshot_splits(mirror)
     entries: dict[str, Path | None] = {}
@@ -153,6 +155,8 @@ def mirror_entries(results: Path, tasks: list[str], mirror: Path) -> dict[str, P
             for split in present:
                 file = mirror_file(DatasetRef(spec.path, config, split), mirror)
                 entries[f"{MIRROR}/{file.relative_to(mirror)}"] = file if split in read.get(name, ()) else None
+    wikitext = mirror_file(WIKITEXT2, mirror)
+    entries[f"{MIRROR}/{wikitext.relative_to(mirror)}"] = wikitext
     return entries
 
 

@@ -11,6 +11,8 @@ where it can be:
   this is the test that counts when it exists.
 A cell "changed" when every test it has says so at the Holm-adjusted level (over all the cells compared, so that
 twenty cells at 5% do not find one change by chance). Identical predictions on every seed are "same predictions".
+Beside the cells: the GPT's validation perplexity in each tree, and its held-out perplexity (WikiText-2) with B minus
+A paired by article where both trees scored the same tokens (gpt1.evaluation.perplexity).
 The settings that differ are read from the records themselves (each job's metrics.json: recipe, model, data,
 tokenizer, numerics; pre-training's model.json), not from a params file that may have changed since.
 """
@@ -23,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from gpt1.evaluation.perplexity import paired_loss_test
 from gpt1.evaluation.significance import ColumnRuns, Key, Prediction, average_test, column_test
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import CompareError, ReportError
 from gpt1.pipeline.files import flatten, read_json
-from gpt1.report.inputs import verified_predictions
+from gpt1.report.inputs import heldout_points, verified_heldout, verified_predictions
 from gpt1.report.tables import AVERAGE_COLUMN, Column, load_paper, make_columns
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
@@ -239,6 +243,7 @@ class Comparison:
     settings: pd.DataFrame
     perplexity: tuple[float | None, float | None]
     alpha: float
+    heldout: str | None = None  # the GPT's held-out perplexity in both trees, B - A paired by article
 
     def summary(self) -> str:
         counts = self.cells["verdict"].value_counts().to_dict()
@@ -251,11 +256,27 @@ def _perplexity(tree: Path) -> float | None:
     return float(read_json(path)["val_perplexity"]) if path.is_file() else None
 
 
+def heldout_comparison(a: Path, b: Path) -> str | None:
+    """The GPT's held-out perplexity (WikiText-2) at its last point in both trees: B - A paired by article where
+    both scored the same tokens, else (two vocabularies) per WikiText word, untested; None unless both have it."""
+    paths = [tree / layout.zeroshot_dir("gpt") / layout.HELDOUT_CSV for tree in (a, b)]
+    if not all(path.is_file() for path in paths):
+        return None
+    first, second = (heldout_points(verified_heldout(path))[-1] for path in paths)
+    ra, rb = first.result(), second.result()
+    if not np.array_equal(first.scored_tokens, second.scored_tokens):
+        return (f"Held-out perplexity of the GPT per WikiText-2 word: A {ra['word_perplexity']:.1f}, B "
+                f"{rb['word_perplexity']:.1f} (the trees' tokenizers split the articles differently: no paired test).")
+    test, se = paired_loss_test(first.scored_tokens, second.nll, first.nll)
+    return (f"Held-out perplexity of the GPT (WikiText-2): A {ra['perplexity']:.2f}, B {rb['perplexity']:.2f}; B - A "
+            f"{test.difference:+.4f} nats a token, SE {se:.4f} paired by article, p {test.p_value:.3f}.")
+
+
 def compare_trees(a: Path, b: Path, alpha: float = 0.05) -> Comparison:
     jobs_a, jobs_b = find_jobs(a), find_jobs(b)
     cells = verdicts(pd.DataFrame(cell_rows(jobs_a, jobs_b) + average_rows(jobs_a, jobs_b)), alpha)
     settings = settings_table(jobs_a, jobs_b, (pretrain_record_settings(a), pretrain_record_settings(b)))
-    return Comparison(cells, settings, (_perplexity(a), _perplexity(b)), alpha)
+    return Comparison(cells, settings, (_perplexity(a), _perplexity(b)), alpha, heldout_comparison(a, b))
 
 
 NUMBERS = ("seeds", "A", "B", "B - A", "examples", "p paired (Holm)", "p seeds (Holm)")  # right-aligned cells
@@ -287,6 +308,7 @@ def render(comparison: Comparison, a: str, b: str) -> dict[str, str]:
     pa, pb = comparison.perplexity
     head = [f"A: {a}", f"B: {b}", comparison.summary()]
     head += [] if pa is None or pb is None else [f"Validation perplexity of the GPT: A {pa:.2f}, B {pb:.2f}."]
+    head += [comparison.heldout] if comparison.heldout else []
     none, titles = "(no setting differs in the records)", ("Settings that differ", "Cells (B - A, points)")
 
     def shown(frame: pd.DataFrame, text: Callable[[str], str]) -> pd.DataFrame:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpt1.evaluation.perplexity import perplexity_result
-from gpt1.report.inputs import LAYER_TASKS, MODELS, Analyses, Gap, gap_notes
+from gpt1.report.inputs import LAYER_TASKS, MODELS, Analyses, Gap, gap_notes, heldout_points
 from gpt1.report.numbers import mean_sd
 
 ZEROSHOT_TASKS = {
@@ -65,30 +63,6 @@ def layer_means(analyses: Analyses) -> dict[str, dict[str, list[float]]]:
 def zeroshot_points(rows: Sequence[dict[str, Any]], task: str) -> list[tuple[int, float, float]]:
     """(pre-training step, normalised score, its standard error) of one task, by step."""
     return sorted((r["step"], r["normalised"], r["normalised_se"]) for r in rows if r["task"] == task)
-
-
-@dataclass(frozen=True)
-class HeldoutPoint:
-    """One point of a model's held-out perplexity: its articles' scored tokens, words and summed losses, in order."""
-
-    step: int
-    tokens: int
-    scored_tokens: np.ndarray
-    words: np.ndarray
-    nll: np.ndarray
-
-    def result(self) -> dict[str, Any]:
-        return perplexity_result(self.scored_tokens, self.words, self.nll)
-
-
-def heldout_points(rows: Sequence[dict[str, Any]]) -> list[HeldoutPoint]:
-    """heldout.csv's rows as points, by step."""
-    points = []
-    for step in sorted({r["step"] for r in rows}):
-        mine = sorted((r for r in rows if r["step"] == step), key=lambda r: r["article"])
-        points.append(HeldoutPoint(step, mine[0]["tokens"], *(np.array([r[key] for r in mine])
-                                                              for key in ("scored_tokens", "words", "nll"))))
-    return points
 
 
 def _new_figure(width: float = 5.0, height: float = 3.8, panels: int = 1) -> tuple[Any, list[Any]]:

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpt1.data.tasks import get_task
+from gpt1.evaluation.perplexity import perplexity_result
 from gpt1.evaluation.significance import read_predictions
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import ReportError
@@ -287,6 +290,36 @@ def collect_finetune(results_dir: Path, plan: Plan, pairs: Iterable[tuple[str, s
                     _gap(path, plan.why_not_planned(task, variant), command)
                 )
     return found
+
+
+@dataclass(frozen=True)
+class HeldoutPoint:
+    """One point of a model's held-out perplexity: its articles' scored tokens, words and summed losses, in order."""
+
+    step: int
+    tokens: int
+    scored_tokens: np.ndarray
+    words: np.ndarray
+    nll: np.ndarray
+
+    def result(self) -> dict[str, Any]:
+        return perplexity_result(self.scored_tokens, self.words, self.nll)
+
+
+def heldout_points(rows: Sequence[dict[str, Any]]) -> list[HeldoutPoint]:
+    """heldout.csv's rows as points, by step."""
+    points = []
+    for step in sorted({r["step"] for r in rows}):
+        mine = sorted((r for r in rows if r["step"] == step), key=lambda r: r["article"])
+        points.append(HeldoutPoint(step, mine[0]["tokens"], *(np.array([r[key] for r in mine])
+                                                              for key in ("scored_tokens", "words", "nll"))))
+    return points
+
+
+def verified_heldout(path: Path) -> list[dict[str, Any]]:
+    """A model's heldout.csv, checked against the record in the zeroshot.json beside it first."""
+    _verify_beside(path, path.with_name(layout.ZEROSHOT_JSON), "zeroshot")
+    return read_csv_rows(path, HELDOUT_FIELDS)
 
 
 def verified_predictions(path: Path) -> dict:

@@ -33,8 +33,6 @@ from gpt1.pipeline.plan import Plan
 from gpt1.report.figures import (
     FIGURE_BUILDERS,
     ZEROSHOT_TASKS,
-    HeldoutPoint,
-    heldout_points,
     layer_means,
     save_figure,
 )
@@ -42,9 +40,11 @@ from gpt1.report.inputs import (
     Analyses,
     Finetuned,
     Gap,
+    HeldoutPoint,
     collect_analyses,
     collect_finetune,
     gap_notes,
+    heldout_points,
     mixed_numerics,
 )
 from gpt1.report.renderers import RENDERERS
