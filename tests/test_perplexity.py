@@ -82,7 +82,7 @@ def test_the_loss_is_per_token_over_all_articles_and_its_error_resamples_article
     assert low == pytest.approx(math.exp(2.6 - result["loss_se"])) and high == pytest.approx(
         math.exp(2.6 + result["loss_se"]))
     assert (result["articles"], result["scored_tokens"], result["words"]) == (3, 100, 68)
-    with pytest.raises(ScoringError, match="re-run gpt1 zeroshot"):
+    with pytest.raises(ScoringError, match="nothing to score"):
         perplexity_result(np.array([0, 0]), np.array([1, 1]), np.array([0.0, 0.0]))
 
 

@@ -924,6 +924,19 @@ def test_heldout_summary_is_each_models_last_point_and_their_paired_difference(t
     assert summary["heldout.lstm_minus_gpt.p"] < 0.01
 
 
+def test_a_heldout_csv_whose_points_scored_other_articles_is_refused_naming_it(tmp_path: Path) -> None:
+    from gpt1.report.inputs import HELDOUT_FIELDS as READ_FIELDS
+    from gpt1.report.inputs import check_heldout
+
+    assert tuple(READ_FIELDS) == HELDOUT_FIELDS  # what the report reads is what the stage writes
+    rows = heldout_rows("gpt", [1, 50], 0.0)
+    assert check_heldout(tmp_path / "heldout.csv", rows) == rows
+    with pytest.raises(ReportError, match=r"heldout\.csv: its points did not score the same .*re-run gpt1 zeroshot"):
+        check_heldout(tmp_path / "heldout.csv", rows[:-1])
+    with pytest.raises(ReportError, match="or none"):
+        check_heldout(tmp_path / "heldout.csv", [{**r, "scored_tokens": 0} for r in rows])
+
+
 def test_curated_metrics_copy_and_average_summary_keys_and_leave_gaps_null():
     summary = {"pretrain.gpt.val_perplexity": 212.3496, "figure2_left.mnli.dev_accuracy": 40.0,
                "figure2_left.race.dev_accuracy": 27.75, "table4.glue_average.pretrained": 42.1506, "report.gaps": 3}

@@ -7,7 +7,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from gpt1.data.wikitext import WIKITEXT2, detokenize, load_articles, split_articles, synthetic_lines
+from gpt1.data.wikitext import WIKITEXT2, detokenize, load_articles, source_name, split_articles, synthetic_lines
 from gpt1.pipeline.errors import SourceError
 
 ROWS = ["", " = First Title = \n", "", " A line , with 1 @,@ 000 words @-@ and 2 @.@ 5 . \n", "",
@@ -31,6 +31,11 @@ def test_word_count_is_wikitexts_whitespace_words_plus_one_end_of_line_per_line(
 def test_only_the_three_at_marks_are_joined_back():
     assert detokenize(" 2 @.@ 5 km @-@ long , 1 @,@ 000 's \n") == "2.5 km-long , 1,000 's"
     assert detokenize(" e @ mail \n") == "e @ mail"
+
+
+def test_text_before_the_first_heading_opens_the_first_article():
+    (article,) = split_articles([" intro . \n", "", " = T = \n", " body . \n"])
+    assert article.title == "T" and article.paragraphs == ("intro .", "= T =", "body .") and article.words == 11
 
 
 def test_lines_with_no_heading_make_one_untitled_article():
@@ -58,8 +63,14 @@ def test_articles_are_read_from_a_mirror_in_the_hubs_layout(tmp_path):
 
 
 def test_a_mirror_copy_with_nothing_but_blank_lines_is_named(tmp_path):
-    with pytest.raises(SourceError, match=r"no article.*copy it into the mirror again"):
+    with pytest.raises(SourceError, match=r"no article .* in .*validation\.parquet: copy it into the mirror again"):
         load_articles(write_mirror(tmp_path, ["", "  \n"]))
+
+
+def test_where_the_articles_came_from_names_no_folder():
+    assert source_name(Path("/any/mirror"), False) == source_name(Path("elsewhere"), False)
+    assert source_name(Path("m"), False).endswith("from the mirror") and "hub" in source_name(None, False)
+    assert source_name(None, True) == "synthetic WikiText-style articles"
 
 
 def test_a_mirror_without_wikitext_names_the_file_it_looked_for(tmp_path):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpt1.data.sources import DatasetRef, load_split
+from gpt1.data.sources import DatasetRef, load_split, mirror_file
 from gpt1.data.synthetic.corpus import ADJECTIVES, NOUNS, synthetic_document
 from gpt1.pipeline.errors import SourceError
 
@@ -47,13 +47,14 @@ def detokenize(line: str) -> str:
 
 def split_articles(lines: Sequence[str]) -> list[Article]:
     """The split's rows as articles; lines before the first heading belong to the first article."""
-    groups: list[tuple[str, list[str]]] = []
+    groups: list[tuple[str, list[str]]] = [("", [])]
+    titled = False  # a heading seen yet: the first one names the lines before it too
     for line in lines:
         heading = HEADING.match(line.rstrip("\n"))
-        if groups and heading and not any(text.strip() for text in groups[-1][1]):
-            groups[-1] = (heading.group(1), groups[-1][1])  # only blank lines so far: they open this article
-        elif heading or not groups:
-            groups.append((heading.group(1) if heading else "", []))
+        if heading and titled:
+            groups.append((heading.group(1), []))
+        elif heading:
+            groups[0], titled = (heading.group(1), groups[0][1]), True
         groups[-1][1].append(line)
     articles = []
     for title, group in groups:
@@ -76,6 +77,13 @@ def synthetic_lines(articles: int, seed: int = 0) -> list[str]:
     return lines
 
 
+def source_name(mirror: Path | None, synthetic: bool) -> str:
+    """Where the articles came from, without the mirror's folder: the same file read from another one is the same."""
+    if synthetic:
+        return "synthetic WikiText-style articles"
+    return f"{WIKITEXT2} from the {'mirror' if mirror else 'Hugging Face hub'}"
+
+
 def load_articles(mirror: Path | None, synthetic: bool = False, *, synthetic_articles: int = 6) -> list[Article]:
     """WikiText-2's validation articles, from the mirror (or the hub when `mirror` is None), or made up."""
     if synthetic:
@@ -84,8 +92,10 @@ def load_articles(mirror: Path | None, synthetic: bool = False, *, synthetic_art
         lines = list(load_split(WIKITEXT2, mirror, columns=("text",))["text"])
     articles = split_articles(lines)
     if not articles:
-        raise SourceError(f"{WIKITEXT2}: no article (no non-empty line); copy it into the mirror again")
+        where = f"{mirror_file(WIKITEXT2, mirror)}: copy it into the mirror again" if mirror else (
+            "the hub's copy: clear its cache (HF_DATASETS_CACHE) and load it again")
+        raise SourceError(f"{WIKITEXT2}: no article (no non-empty line) in {where}")
     return articles
 
 
-__all__ = ["WIKITEXT2", "Article", "detokenize", "load_articles", "split_articles", "synthetic_lines"]
+__all__ = ["WIKITEXT2", "Article", "detokenize", "load_articles", "source_name", "split_articles", "synthetic_lines"]

@@ -2,8 +2,8 @@
 
 Each article's paragraphs are encoded as the corpus is (a paragraph separator between them) and cut into windows of
 n_ctx tokens that overlap by one: every token but the article's first is scored once, given the tokens before it in
-its window (0 to n_ctx - 2 of them), as the pre-training's validation windows score theirs. The scorer is the
-zero-shot heuristics' (`gpt1.evaluation.scoring.token_logprobs`).
+its window (1 to n_ctx - 1 of them; the pre-training's validation windows, n_ctx + 1 tokens, give theirs 1 to
+n_ctx). The scorer is the zero-shot heuristics' (`gpt1.evaluation.scoring.token_logprobs`).
 
 The loss is nats per scored token; its standard error is a bootstrap over ARTICLES, not tokens (a document's tokens
 share its topic and style: resampling tokens would understate the noise), and so is the paired test of two models
@@ -87,7 +87,8 @@ def perplexity_result(tokens: np.ndarray, words: np.ndarray, nll: np.ndarray, re
     tokens, words, nll = np.asarray(tokens), np.asarray(words), np.asarray(nll, dtype=np.float64)
     if not tokens.size == words.size == nll.size or tokens.sum() == 0:
         raise ScoringError(f"held-out perplexity: {tokens.size} articles' tokens, {words.size} word counts and "
-                           f"{nll.size} losses, {int(tokens.sum())} tokens scored; re-run gpt1 zeroshot")
+                           f"{nll.size} losses, {int(tokens.sum())} tokens scored: nothing to score, or lists that "
+                           "do not match")
     loss = token_loss(tokens, nll)
     se = bootstrap_se(token_loss, tokens, nll, n=resamples, seed=seed)
     return {

@@ -316,10 +316,21 @@ def heldout_points(rows: Sequence[dict[str, Any]]) -> list[HeldoutPoint]:
     return points
 
 
+def check_heldout(path: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """heldout.csv's rows, refused unless every point scored the same articles, the same tokens of each, some."""
+    articles = {}
+    for row in rows:
+        articles.setdefault(row["step"], []).append((row["article"], row["scored_tokens"]))
+    shapes = {tuple(sorted(found)) for found in articles.values()}
+    if len(shapes) != 1 or not sum(tokens for _, tokens in next(iter(shapes))):
+        raise ReportError(f"{path}: its points did not score the same articles' tokens, or none; re-run gpt1 zeroshot")
+    return list(rows)
+
+
 def verified_heldout(path: Path) -> list[dict[str, Any]]:
     """A model's heldout.csv, checked against the record in the zeroshot.json beside it first."""
     _verify_beside(path, path.with_name(layout.ZEROSHOT_JSON), "zeroshot")
-    return read_csv_rows(path, HELDOUT_FIELDS)
+    return check_heldout(path, read_csv_rows(path, HELDOUT_FIELDS))
 
 
 def verified_predictions(path: Path) -> dict:
@@ -416,7 +427,7 @@ def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
         rows = _rows_or_gap(found, "pretraining", path, HELDOUT_FIELDS, why, producer, "zeroshot",
                             layout.ZEROSHOT_JSON)
         if rows is not None:
-            found.heldout[model] = rows
+            found.heldout[model] = check_heldout(path, rows)
         path = results_dir / layout.pretrain_dir(model) / layout.PRETRAIN_CURVES
         producer = f"gpt1 pretrain --model {model}"
         rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, producer, "pretrain",

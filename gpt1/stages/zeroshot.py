@@ -20,7 +20,7 @@ from torch import nn
 from gpt1.data.rows import LoadedSplit, evaluation_split, load_examples, mirror_splits
 from gpt1.data.tasks import get_task
 from gpt1.data.tokenizer import GPT1Tokenizer
-from gpt1.data.wikitext import WIKITEXT2, load_articles
+from gpt1.data.wikitext import load_articles, source_name
 from gpt1.evaluation.perplexity import DocumentProbe, document_losses, document_probe, perplexity_result
 from gpt1.evaluation.probes import (
     HEURISTICS,
@@ -120,9 +120,8 @@ def prepare_heldout(cfg: Config, tokenizer: GPT1Tokenizer) -> tuple[DocumentProb
     """WikiText-2's validation articles as token ids (made-up articles in WikiText's layout for synthetic data)."""
     articles = load_articles(None if cfg.synthetic else cfg.data_mirror, cfg.synthetic)
     probe = document_probe(tokenizer, articles)
-    data = "synthetic WikiText-style articles" if cfg.synthetic else f"{WIKITEXT2} from " + (
-        f"the mirror {cfg.data_mirror}" if cfg.data_mirror else "the Hugging Face hub")
-    info = {"data": data, "articles": len(articles), "titles": list(probe.titles), "words": sum(probe.words),
+    info = {"data": source_name(cfg.data_mirror, cfg.synthetic), "articles": len(articles),
+            "titles": list(probe.titles), "words": sum(probe.words),
             "scored_tokens": int(probe.scored_tokens.sum())}
     return probe, info
 
