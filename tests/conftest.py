@@ -117,6 +117,16 @@ def mlflow_env(monkeypatch: pytest.MonkeyPatch, mlflow_db: str) -> str:
     return mlflow_db
 
 
+def tiny_lm(kind: str, vocab_size: int, n_ctx: int, n_layer: int = 1, n_embd: int = 16):
+    """A randomly initialised language model of `kind`: a GPT of n_layer blocks, n_embd wide, 2 heads; or a 16-unit
+    single-layer LSTM (n_layer and n_embd are the GPT's). Seed torch first for the same weights."""
+    from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+
+    if kind == "gpt":
+        return GPT(GPTConfig(vocab_size=vocab_size, n_ctx=n_ctx, n_embd=n_embd, n_layer=n_layer, n_head=2))
+    return LSTMLM(LSTMConfig(vocab_size=vocab_size, n_ctx=n_ctx, n_embd=16, hidden_size=16))
+
+
 def tiny_config(*overrides: str, profile: str = "smoke"):
     """The repository's params.yaml, `profile`, shrunk by TINY and then `overrides`."""
     from gpt1.pipeline.config import load_config

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_lm
 
 from gpt1.data.rows import Example, LoadedSplit
 from gpt1.data.taskdata import Part
 from gpt1.data.tasks import get_task
 from gpt1.data.transforms import Transformed
 from gpt1.modeling.heads import FinetuneModel, collate, compute_losses, static_losses
-from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
+from gpt1.modeling.model import set_dropout
 from gpt1.training.finetune_loop import GraphedUpdates, Recipe, Trainer, batches, bucket_length, uses_graphs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,8 +29,7 @@ CPU = torch.device("cpu")
 
 def model_for(task: str, dropout: float = 0.0, kind: str = "gpt") -> FinetuneModel:
     torch.manual_seed(0)
-    lm = (GPT(GPTConfig(vocab_size=VOCAB, n_ctx=64, n_embd=32, n_layer=2, n_head=2)) if kind == "gpt" else
-          LSTMLM(LSTMConfig(vocab_size=VOCAB, n_ctx=64, n_embd=16, hidden_size=16)))
+    lm = tiny_lm(kind, vocab_size=VOCAB, n_ctx=64, n_layer=2, n_embd=32)
     set_dropout(lm, dropout)
     return FinetuneModel(lm, get_task(task), dropout)
 

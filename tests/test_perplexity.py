@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_lm
 
 from gpt1.data.tokenizer import GPT1Tokenizer
 from gpt1.data.wikitext import Article
@@ -21,7 +22,6 @@ from gpt1.evaluation.perplexity import (
     perplexity_result,
     token_loss,
 )
-from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
 from gpt1.pipeline.errors import ScoringError
 
 
@@ -40,8 +40,7 @@ def test_windows_score_every_token_but_the_first_once_within_n_ctx(length):
 @pytest.mark.parametrize("kind", ["gpt", "lstm"])
 def test_an_articles_loss_is_the_sum_over_its_windows_of_a_plain_forward_pass(kind):
     torch.manual_seed(0)
-    model = (GPT(GPTConfig(vocab_size=40, n_ctx=8, n_embd=16, n_layer=1, n_head=2)) if kind == "gpt"
-             else LSTMLM(LSTMConfig(vocab_size=40, n_ctx=8, n_embd=16, hidden_size=16)))
+    model = tiny_lm(kind, vocab_size=40, n_ctx=8)
     rng = np.random.default_rng(0)
     articles = [tuple(rng.integers(0, 40, size=n).tolist()) for n in (20, 1, 9, 33)]
     probe = DocumentProbe(("a", "b", "c", "d"), tuple(articles), (5, 1, 3, 9))

@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_lm
 from test_checkpoints import gpt1_imports, imports
 from torch import nn
 
 from gpt1.data.transforms import _assemble
 from gpt1.evaluation.scoring import fit_context, left_truncate, score_continuations
-from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig
+from gpt1.modeling.model import GPT, GPTConfig
 
 SPECIALS = {"_start_": 1000, "_delimiter_": 1001, "_classify_": 1002}
 
@@ -81,8 +82,7 @@ def test_left_truncation_scores_the_continuation_given_the_end_of_the_prefix():
 @pytest.mark.parametrize("kind", ["gpt", "lstm"])
 def test_batching_with_right_padding_matches_one_at_a_time(kind):
     torch.manual_seed(0)
-    model = (GPT(GPTConfig(vocab_size=60, n_ctx=24, n_embd=16, n_layer=2, n_head=2)) if kind == "gpt"
-             else LSTMLM(LSTMConfig(vocab_size=60, n_ctx=24, n_embd=16, hidden_size=16)))
+    model = tiny_lm(kind, vocab_size=60, n_ctx=24, n_layer=2)
     rng = np.random.default_rng(0)
     prefixes = [rng.integers(0, 60, size=n).tolist() for n in (1, 7, 3, 30, 12)]
     conts = [rng.integers(0, 60, size=n).tolist() for n in (4, 1, 9, 5, 2)]

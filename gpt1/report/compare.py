@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from gpt1.evaluation.perplexity import paired_loss_test
 from gpt1.evaluation.significance import ColumnRuns, Key, Prediction, average_test, column_test
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import CompareError, ReportError
@@ -264,10 +262,11 @@ def heldout_comparison(a: Path, b: Path) -> str | None:
         return None
     first, second = (heldout_points(verified_heldout(path))[-1] for path in paths)
     ra, rb = first.result(), second.result()
-    if not np.array_equal(first.scored_tokens, second.scored_tokens):
+    paired = second.minus(first)
+    if paired is None:
         return (f"Held-out perplexity of the GPT per WikiText-2 word: A {ra['word_perplexity']:.1f}, B "
                 f"{rb['word_perplexity']:.1f} (the trees' tokenizers split the articles differently: no paired test).")
-    test, se = paired_loss_test(first.scored_tokens, second.nll, first.nll)
+    test, se = paired
     return (f"Held-out perplexity of the GPT (WikiText-2): A {ra['perplexity']:.2f}, B {rb['perplexity']:.2f}; B - A "
             f"{test.difference:+.4f} nats a token, SE {se:.4f} paired by article, p {test.p_value:.3f}.")
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from gpt1.data.tasks import get_task
-from gpt1.evaluation.perplexity import perplexity_result
+from gpt1.evaluation.metrics import BootstrapResult
+from gpt1.evaluation.perplexity import paired_loss_test, perplexity_result
 from gpt1.evaluation.significance import read_predictions
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import ReportError
@@ -304,6 +305,13 @@ class HeldoutPoint:
 
     def result(self) -> dict[str, Any]:
         return perplexity_result(self.scored_tokens, self.words, self.nll)
+
+    def minus(self, other: HeldoutPoint) -> tuple[BootstrapResult, float] | None:
+        """This point's loss minus `other`'s, paired by article (the test, the difference's SE); None where the two
+        scored different tokens (another vocabulary): their losses per token do not compare."""
+        if not np.array_equal(self.scored_tokens, other.scored_tokens):
+            return None
+        return paired_loss_test(self.scored_tokens, self.nll, other.nll)
 
 
 def heldout_points(rows: Sequence[dict[str, Any]]) -> list[HeldoutPoint]:

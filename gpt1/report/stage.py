@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from gpt1.evaluation.perplexity import paired_loss_test
 from gpt1.pipeline import layout
 from gpt1.pipeline.files import staged_outputs, write_json
 from gpt1.pipeline.plan import Plan
@@ -118,9 +115,9 @@ def heldout_summary(analyses: Analyses) -> dict[str, float]:
             result = points[-1].result()
             for key in ("loss", "loss_se", "perplexity", "word_perplexity"):
                 summary[f"heldout.{model}.{key}"] = _rounded(result[key])
-    gpt, lstm = last.get("gpt"), last.get("lstm")
-    if gpt is not None and lstm is not None and np.array_equal(gpt.scored_tokens, lstm.scored_tokens):
-        test, se = paired_loss_test(gpt.scored_tokens, lstm.nll, gpt.nll)
+    paired = last["lstm"].minus(last["gpt"]) if {"gpt", "lstm"} <= last.keys() else None
+    if paired is not None:
+        test, se = paired
         summary.update({"heldout.lstm_minus_gpt.loss": _rounded(test.difference),
                         "heldout.lstm_minus_gpt.loss_se": _rounded(se),
                         "heldout.lstm_minus_gpt.p": _rounded(test.p_value)})
