@@ -15,11 +15,11 @@ import itertools
 from pathlib import Path
 
 from bench.common import REPO
-from gpt1.evaluation.significance import ColumnRuns, PairedTest, average_test
+from gpt1.evaluation.significance import PairedTest, average_test
 from gpt1.pipeline.config import load_config
 from gpt1.pipeline.plan import Plan
-from gpt1.report.inputs import collect_finetune, predictions_by_seed
-from gpt1.report.tables import AVERAGE_COLUMN, finetune_pairs, load_paper, make_columns
+from gpt1.report.inputs import collect_finetune
+from gpt1.report.tables import AVERAGE_COLUMN, finetune_pairs, load_paper, make_columns, paired_runs, variant_runs
 
 
 def pair_tests(results: Path, plan: Plan) -> list[tuple[str, str, PairedTest | None]]:
@@ -28,13 +28,11 @@ def pair_tests(results: Path, plan: Plan) -> list[tuple[str, str, PairedTest | N
     spec = paper["tables"]["table5"]
     finetuned = collect_finetune(results, plan, finetune_pairs(paper))
     columns = [c for c in make_columns("table5", spec) if c.task is not None]
-    runs = {row["variant"]: [predictions_by_seed(results, finetuned, c.task, row["variant"]) for c in columns]
-            for row in spec["rows"]}
+    runs = {row["variant"]: variant_runs(results, finetuned, columns, row["variant"]) for row in spec["rows"]}
     methods = {row["variant"]: row["method"] for row in spec["rows"]}
     out = []
     for a, b in itertools.combinations(runs, 2):
-        tested = [ColumnRuns(c.components, ra, rb) for c, ra, rb in zip(columns, runs[a], runs[b], strict=True)]
-        out.append((methods[a], methods[b], average_test(b, AVERAGE_COLUMN, tested)))
+        out.append((methods[a], methods[b], average_test(b, AVERAGE_COLUMN, paired_runs(columns, runs[a], runs[b]))))
     return out
 
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1.evaluation.significance import ColumnRuns, Key, Prediction, average_test, column_test
+from gpt1.evaluation.significance import Key, Prediction, average_test, column_test
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import CompareError, ReportError
 from gpt1.pipeline.files import flatten, read_json
 from gpt1.report.inputs import heldout_points, verified_heldout, verified_predictions
-from gpt1.report.tables import AVERAGE_COLUMN, Column, load_paper, make_columns
+from gpt1.report.tables import AVERAGE_COLUMN, Column, component_mean, load_paper, make_columns, paired_runs
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
 NOISE = ("content_sha256", "files", "source", "sha256_of_files")  # provenance, not settings
@@ -162,8 +162,8 @@ AVERAGE_TASK = "Table 5 Avg"  # the task column of the row that compares Table 5
 def _average_score(jobs: list[Job], columns: list[Column], seed: int) -> float:
     """Table 5's Avg of one seed: the mean of the columns (`jobs` their jobs, in order), each the mean of its
     reports' metrics."""
-    return sum(sum(100.0 * float(job.metrics[seed]["reports"][r]["metrics"][m]) for r, m in c.components)
-               / len(c.components) for c, job in zip(columns, jobs, strict=True)) / len(columns)
+    return sum(component_mean(c, lambda r, m, job=job: float(job.metrics[seed]["reports"][r]["metrics"][m]))
+               for c, job in zip(columns, jobs, strict=True)) / len(columns)
 
 
 def average_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], Job]) -> list[dict[str, Any]]:
@@ -182,10 +182,9 @@ def average_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], J
             continue
         sa = [_average_score([a[k] for k in keys], columns, s) for s in seeds]
         sb = [_average_score([b[k] for k in keys], columns, s) for s in seeds]
-        paired = average_test("B", AVERAGE_COLUMN, [
-            ColumnRuns(c.components, {s: b[k].predictions[s] for s in seeds if s in b[k].predictions},
-                       {s: a[k].predictions[s] for s in seeds if s in a[k].predictions})
-            for c, k in zip(columns, keys, strict=True)])
+        paired = average_test("B", AVERAGE_COLUMN, paired_runs(
+            columns, [{s: b[k].predictions[s] for s in seeds if s in b[k].predictions} for k in keys],
+            [{s: a[k].predictions[s] for s in seeds if s in a[k].predictions} for k in keys]))
         rows.append({"task": AVERAGE_TASK, "variant": variant, "report": AVERAGE_COLUMN, "metric": "average",
                      "seeds": len(seeds), "A": sum(sa) / len(sa), "B": sum(sb) / len(sb),
                      "B - A": sum(sb) / len(sb) - sum(sa) / len(sa),

@@ -29,6 +29,7 @@ from gpt1.evaluation.significance import (
     RESAMPLES,
     ColumnRuns,
     PairedTest,
+    Runs,
     average_test,
     column_test,
     report_se,
@@ -248,9 +249,14 @@ class Table:
     untested: list[str] = field(default_factory=list)  # the comparisons with no predictions to pair, and why
 
 
+def component_mean(column: Column, value: Callable[[str, str], float]) -> float:
+    """Percent: the mean of `value(report, metric)` over the column's (report, metric) pairs."""
+    return 100.0 * float(np.mean([value(report, metric) for report, metric in column.components]))
+
+
 def column_value(run: Run, column: Column) -> float:
     """Percent: the mean of the column's (report, metric) pairs in one run."""
-    return 100.0 * float(np.mean([run.scores[report].metrics[metric] for report, metric in column.components]))
+    return component_mean(column, lambda report, metric: run.scores[report].metrics[metric])
 
 
 def split_notes(column: Column, runs: Mapping[int, Run], beside_paper: bool = True) -> list[str]:
@@ -452,22 +458,32 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
     return Table(name, spec["title"], columns, rows, notes)
 
 
+def variant_runs(results_dir: Path, finetuned: Finetuned, columns: Sequence[Column], variant: str) -> list[Runs]:
+    """Each task column's verified predictions of one variant, by seed, in the columns' order."""
+    return [predictions_by_seed(results_dir, finetuned, c.task, variant) for c in columns if c.task is not None]
+
+
+def paired_runs(columns: Sequence[Column], full: Sequence[Runs], other: Sequence[Runs]) -> list[ColumnRuns]:
+    """The task columns as a test of `full` against `other` reads them (variant_runs' lists of both)."""
+    tasks = [c for c in columns if c.task is not None]
+    return [ColumnRuns(c.components, f, o) for c, f, o in zip(tasks, full, other, strict=True)]
+
+
 def ablation_tests(
     results_dir: Path, columns: Sequence[Column], variants: Sequence[str], finetuned: Finetuned
 ) -> tuple[list[PairedTest], list[str]]:
     """Full vs each ablation on every task column (paired bootstrap over the evaluation examples both scored), then
     on the table's Avg where it has one; and a line for each comparison that has nothing to pair."""
     tests, untested = [], []
-    tested: dict[str, list[ColumnRuns]] = {variant: [] for variant in variants}
-    for column in columns:
-        if column.task is None:
-            continue
-        full = predictions_by_seed(results_dir, finetuned, column.task, FULL_VARIANT)
+    task_columns = [c for c in columns if c.task is not None]
+    full = variant_runs(results_dir, finetuned, task_columns, FULL_VARIANT)
+    tested = {v: paired_runs(task_columns, full, variant_runs(results_dir, finetuned, task_columns, v))
+              for v in variants}
+    for i, column in enumerate(task_columns):
         reports, metrics = zip(*column.components, strict=True)  # Table 5's MNLI: two reports, one metric
         for variant in variants:
-            ablated = predictions_by_seed(results_dir, finetuned, column.task, variant)
-            tested[variant].append(ColumnRuns(column.components, full, ablated))
-            test = column_test(variant, column.key, metrics[0], reports, full, ablated)
+            runs = tested[variant][i]
+            test = column_test(variant, column.key, metrics[0], reports, runs.full_runs, runs.other_runs)
             if test is None:
                 untested.append(f"{column.label}: full vs {variant} not tested, no seed has the predictions of both")
             else:
