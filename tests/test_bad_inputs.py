@@ -417,7 +417,7 @@ CASES = [
     Case("params/duplicate-key", config(), "key 'lr' is given twice",
          params(smoke_line("      lr: 1.0e-3\n", "      lr: 1.0e-3\n      lr: 1.0e-2\n")),
          extra=("--params", "{w}/params.yaml"), code=2),
-    Case("params/no-profiles-section", config(), "is a required property",
+    Case("params/no-profiles-section", config(), "config error: <top level>: 'data_mirror' is a required property",
          write("params.yaml", "profile: smoke\n"), extra=("--params", "{w}/params.yaml"), code=2),
     Case("params/unknown-profile", config(), "profile: 'huge' is not defined; valid: smoke",
          extra=("--profile", "huge"), code=2),
@@ -525,7 +525,8 @@ CASES = [
     Case("dataset/task-garbage", mirror_finetune(), "rte/train.parquet: not a readable parquet file",
          write("mirror/nyu-mll/glue/rte/train.parquet", b"garbage, not parquet\n" * 50),
          env={"GPT1_DATA_MIRROR": "{w}/mirror"}),
-    Case("dataset/task-wrong-columns", mirror_finetune(), "column missing from the data (columns: premise)",
+    Case("dataset/task-wrong-columns", mirror_finetune(),
+         "task rte, split train, field 'sentence1': column missing from the data (columns: premise)",
          parquet("mirror/nyu-mll/glue/rte/train.parquet", _table(premise=["a", "b"])),
          env={"GPT1_DATA_MIRROR": "{w}/mirror"}),
     # corpus files
@@ -607,7 +608,7 @@ CASES = [
          pickle_file("pretrain/model.safetensors")),
     Case("artifact/hf-folder-pickle", finetune(variant="released", pretrained="{w}/released"),
          "{w}/released: only pytorch_model.bin (pickled weights), no model.safetensors", hf_folder_with_pickle),
-    Case("artifact/resume-state-pickle", pretrain(), "refused to unpickle it", resume_state_pickle),
+    Case("artifact/resume-state-pickle", pretrain(), ".pt: refused to unpickle it", resume_state_pickle),
     Case("artifact/resume-pointer-garbage", pretrain(), "{w}/pretrain/resume/latest.json: not valid JSON",
          write("pretrain/resume/latest.json", "{")),
     # Recorded, so that the sha256 check passes and the id check is what refuses it.
@@ -619,7 +620,8 @@ CASES = [
          ),
     Case("artifact/snapshot-bit-flipped", zeroshot(), "{w}/pretrain/snapshots/00.safetensors: sha256 differs from",
          flip_bit("pretrain/snapshots/00.safetensors")),
-    Case("artifact/nan-loss", pretrain(), "the training loss is nan", extra=("--set", "pretrain.lr=1.0e+30"),
+    Case("artifact/nan-loss", pretrain(), "the training loss is nan; stopped, no checkpoint had been written yet; "
+         "lower pretrain.lr or set pretrain.grad_clip", extra=("--set", "pretrain.lr=1.0e+30"),
          ),
     # the MLflow store (BOUND: the capped retries and the short lock wait, not MLflow's ~4 min nor our 60 s default)
     Case("mlflow/dead-server", bpe(), "MLflow server http://127.0.0.1:9 is unreachable (Connection refused)",
@@ -687,10 +689,11 @@ CASES = [
          extra=("--out", "{w}/" + "x" * 300)),
     Case("fs/disk-full-encode", encode(), "No space left on device while writing to {w}/ids; the disk is full",
          during=lambda: dev_full("ids/train.bin")),
-    Case("fs/disk-full-bpe", bpe(), "No space left on device", during=lambda: dev_full("tokenizer/tokenizer.json")),
+    Case("fs/disk-full-bpe", bpe(), "No space left on device while writing to {w}/tokenizer; the disk is full",
+         during=lambda: dev_full("tokenizer/tokenizer.json")),
     Case("fs/disk-full-fetch", fetch(), "No space left on device while writing to {w}/raw; the disk is full",
          during=lambda: dev_full("raw/raw.jsonl")),
-    Case("fs/disk-full-pretrain", pretrain(), "No space left on device",
+    Case("fs/disk-full-pretrain", pretrain(), "No space left on device while writing to {w}/pretrain; the disk is full",
          during=lambda: dev_full("pretrain/metrics.json")),
 ]
 
@@ -884,7 +887,7 @@ def test_a_failing_stage_marks_its_run_failed(world, tmp_path, capsys, monkeypat
     monkeypatch.setenv("GPT1_PIPELINE_RUN", f"failing-{tmp_path.name}")
     with dev_full("ids/train.bin"):
         assert run_cli([a.replace("{w}", str(w)) for a in [*encode(), *BASE]]) == 1
-    assert_one_line(capsys.readouterr().err, "No space left on device")
+    assert_one_line(capsys.readouterr().err, f"No space left on device while writing to {w}/ids; the disk is full")
     assert [r.info.status for r in _runs(mlflow_env, f"failing-{tmp_path.name}")] == ["FAILED"]
 
 

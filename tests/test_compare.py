@@ -85,6 +85,9 @@ def test_a_change_within_noise_is_not_called_a_change(trees: dict[str, Path]) ->
 def test_the_same_computation_is_the_same_bytes(trees: dict[str, Path]) -> None:
     found = compare_trees(trees["base"], trees["same"])
     assert only_cell(found)["verdict"] == "same predictions" and found.settings.empty
+    written = sorted(p.relative_to(trees["base"]) for p in trees["base"].rglob("predictions.jsonl"))
+    assert written and written == sorted(p.relative_to(trees["same"]) for p in trees["same"].rglob("predictions.jsonl"))
+    assert all((trees["base"] / p).read_bytes() == (trees["same"] / p).read_bytes() for p in written)
 
 
 def test_cli_writes_the_tables_and_refuses_a_tree_without_results(

@@ -86,7 +86,7 @@ def test_levers_combine_in_a_variants_name_and_an_unknown_one_is_refused() -> No
                                     torch.device("cuda"))["ours+mask64"]
     assert (gpu.compiled, gpu.autocast, gpu.loss, gpu.vocab_multiple) == (True, torch.bfloat16, "masked", 64)
     for bad in ("ours+bogus", "hf+mb64"):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit, match=r"^--variants: unknown"):
             train_step.chosen_recipes(train_step.parse_args(["--variants", bad]), torch.device("cpu"))
 
 

@@ -139,10 +139,12 @@ def test_bootstrap_of_runs_draws_the_examples_once_for_every_run():
     assert result.difference == pytest.approx(np.mean(a == y) - np.mean(b == y))
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 120), (0, 120), (2, 119)])
-def test_bootstrap_refuses_runs_of_another_shape(shape):
+@pytest.mark.parametrize(("shape", "said"), [((2, 3, 120), "neither one run nor runs x examples"),
+                                             ((0, 120), "neither one run nor runs x examples"),
+                                             ((2, 119), "must be 1-d and of equal length")])
+def test_bootstrap_refuses_runs_of_another_shape(shape, said):
     y = RNG.integers(0, 2, 120)
-    with pytest.raises(MetricError):
+    with pytest.raises(MetricError, match=said):
         paired_bootstrap("accuracy", y, np.zeros(shape), y, n=10)
 
 

@@ -298,9 +298,9 @@ def test_set_dropout_reaches_every_dropout_and_the_config() -> None:
 
 def test_the_lstm_drops_out_its_input_embeddings_and_its_output_states():
     """Two dropouts a forward pass (the embeddings, then the states the head reads): pre-training regularises both."""
-    model = LSTMLM.from_config(LSTMConfig(vocab_size=20, n_ctx=8, n_embd=8, hidden_size=8, n_layer=1, dropout=0.5))
+    model = LSTMLM.from_config(LSTMConfig(vocab_size=20, n_ctx=8, n_embd=8, hidden_size=12, n_layer=1, dropout=0.5))
     shapes = []
     model.drop.register_forward_hook(lambda _module, _inputs, output: shapes.append(tuple(output.shape)))
     idx = torch.randint(0, 20, (2, 5))
     model.train()(idx)
-    assert shapes == [(2, 5, 8), (2, 5, 8)]
+    assert shapes == [(2, 5, 8), (2, 5, 12)]  # the embeddings (n_embd), then the states (hidden_size)

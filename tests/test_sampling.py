@@ -59,9 +59,12 @@ def test_the_window_slides_past_the_context_and_a_recurrent_model_has_none() -> 
 
 
 def test_bad_settings_and_an_empty_prompt_are_refused_in_one_line() -> None:
-    for bad in ({"length": 0}, {"temperature": -1.0}, {"top_k": -2}):
-        with pytest.raises(UsageError):
+    for bad, said in (({"length": 0}, "--length 0: give at least 1 token"),
+                      ({"temperature": -1.0}, "--temperature -1.0: give 0 (greedy) or more"),
+                      ({"top_k": -2}, "--top-k -2: give 0 (no cut) or more")):
+        with pytest.raises(UsageError) as refused:
             SampleSettings(**bad)
+        assert str(refused.value) == said
     with pytest.raises(UsageError, match="no tokens"):
         generate(tiny_gpt(), [], SampleSettings(), vocab=50)
 
@@ -83,8 +86,10 @@ def test_cli_samples_a_checkpoint_a_snapshot_and_its_hf_export_alike(
     assert first.returncode == 0, first.stderr
     assert first.stdout == again.stdout != other.stdout and first.stdout.strip()
 
-    snapshot = sorted((trained_gpt / "snapshots").glob("*.safetensors"))[-1]
-    assert sample(subprocess_env, "--model", str(snapshot), *common).returncode == 0
+    snapshot = sorted((trained_gpt / "snapshots").glob("*.safetensors"))[-1]  # the last: the final weights
+    from_snapshot = sample(subprocess_env, "--model", str(snapshot), *common, "--seed", "5")
+    assert from_snapshot.returncode == 0, from_snapshot.stderr
+    assert from_snapshot.stdout == first.stdout
 
     model, _ = load_pretrained(trained_gpt)
     save_hf_dir(model, tmp_path / "hf")

@@ -125,7 +125,8 @@ def test_the_average_test_averages_the_columns_as_table5s_avg_does(tmp_path: Pat
 def test_an_average_with_a_column_that_has_nothing_to_pair_is_no_test(tmp_path: Path) -> None:
     a = read_predictions(write_predictions(tmp_path / "a.jsonl", [("rte", i, 1, 1) for i in range(5)]))
     rte = ColumnRuns((("rte", "accuracy"),), {0: a}, {0: a})
-    assert average_test("lstm", "avg", [rte]) is not None
+    same = average_test("lstm", "avg", [rte])
+    assert same is not None and same.difference == 0.0 and same.p_value == 1.0
     assert average_test("lstm", "avg", [rte, ColumnRuns((("cola", "mcc"),), {0: a}, {0: a})]) is None  # no cola rows
     assert average_test("lstm", "avg", [rte, ColumnRuns((("rte", "accuracy"),), {0: a}, {1: a})]) is None  # seeds
     assert average_test("lstm", "avg", []) is None

@@ -5,6 +5,7 @@ from pathlib import Path
 import datasets
 import pyarrow.parquet as pq
 import pytest
+from scipy.stats import spearmanr
 
 from gpt1.data.rows import Cut, Example, evaluation_split, load_examples, parse_row, report_examples
 from gpt1.data.sources import DatasetRef, mirror_file
@@ -160,7 +161,11 @@ def test_an_overlong_answer_is_cut_from_the_right_and_the_context_dropped(tok):
 def test_similarity_truncates_each_order(tok):
     a, b = " ".join(["Kemi painted the quiet harbour."] * 4), "Kemi painted."
     out = transform("qqp", Example((a, b), 0, None, 0), tok, n_ctx=12)
-    assert out.truncated and all(len(s) == 12 for s in out.sequences)
+    start, delim, extract = _ids(tok)
+    ea, eb = tok.encode(a), tok.encode(b)
+    # Either order overflows: the context is dropped and the answer kept, cut from the right where it is too long
+    assert len(eb) <= 9 < len(ea)
+    assert out.truncated and out.sequences == [[start, delim, *eb, extract], [start, delim, *ea[:9], extract]]
 
 
 def test_no_room_for_text_and_zero_shot_tasks_are_errors(tok):
@@ -356,11 +361,11 @@ def test_synthetic_data_carries_a_learnable_signal():
     sst2 = load_examples("sst2", "train", synthetic=True).examples
     assert all((any(w in e.texts[0] for w in POSITIVE)) == (e.label == 1) for e in sst2)
     race = load_examples("race", "train", synthetic=True).examples
-    overlap = [max(range(4), key=lambda k, e=e: e.choices[k] in e.texts[0]) for e in race]
-    assert all(k == e.label for k, e in zip(overlap, race, strict=True))
+    in_article = [[choice in e.texts[0] for choice in e.choices] for e in race]
+    assert all(found.count(True) == 1 and found[e.label] for found, e in zip(in_article, race, strict=True))
     stsb = load_examples("stsb", "train", synthetic=True).examples
     same = [len(set(e.texts[0].split()) & set(e.texts[1].split())) for e in stsb]
-    assert sum(s * e.label for s, e in zip(same, stsb, strict=True)) > 0  # more shared words, higher score
+    assert spearmanr(same, [e.label for e in stsb]).statistic > 0.8  # more shared words, higher score
 
 
 # ------------------------------------------------------------------------------------------------ mirror
