@@ -237,18 +237,24 @@ def test_lstm_trains_on_its_own_batch_and_refuses_hf_export(
 
 def test_a_gradient_clip_bounds_the_update_only_when_it_bites(tiny_data: TinyData, tmp_path: Path,
                                                                mlflow_env: str) -> None:
-    """pretrain.grad_clip: a bound far above the gradients' norm changes no bit; one far below it changes the
-    weights (the default profile clips at 1.0; smoke does not clip)."""
-    def trained(clip: str) -> dict[str, torch.Tensor]:
-        out = tmp_path / clip
-        pretrain_stage(tiny_config("pretrain.max_steps=2", "pretrain.snapshots=2", f"pretrain.grad_clip={clip}"),
+    """pretrain.grad_clip: a bound far above the gradients' norm changes no bit; one far below it shrinks the
+    update (the default profile clips at 1.0; smoke does not clip)."""
+    def trained(clip: str, lr: str = "1.0e-3") -> dict[str, torch.Tensor]:
+        out = tmp_path / f"{clip}-{lr}"
+        pretrain_stage(tiny_config("pretrain.max_steps=2", "pretrain.snapshots=2", f"pretrain.grad_clip={clip}",
+                                   f"pretrain.lr={lr}", "pretrain.warmup_steps=0"),
                        "gpt", tiny_data.ids, tiny_data.tokenizer, out)
         return weights(out / "model.safetensors")
 
+    initial = trained("null", lr="1.0e-30")  # the initial weights, each within about 1e-30 of them
+
+    def moved(trained_weights: dict[str, torch.Tensor]) -> float:
+        return sum(float((trained_weights[k] - initial[k]).abs().sum()) for k in initial)
+
     unclipped = trained("null")
     assert_bit_equal(trained("1.0e+9"), unclipped)
-    clipped = trained("1.0e-9")
-    assert any(not torch.equal(clipped[k], unclipped[k]) for k in unclipped)
+    # Clipped to 1e-9, the gradients fall far below AdamW's eps (1e-8), so each step is a small part of lr
+    assert 0 < moved(trained("1.0e-9")) < moved(unclipped) / 5
 
 
 # ------------------------------------------------------------------------------------------------ refusals
