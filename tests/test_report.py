@@ -609,6 +609,7 @@ def test_html_tables_hold_every_cell_of_the_csv_for_the_snakemake_report(tmp_pat
 def test_figures_are_drawn_from_partial_inputs(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "out"
     write_analyses(results, (0,))
+    render_report(config(seeds=[0, 1]), results, tmp_path / "whole")  # before any input is taken away
     (results / "analyses" / "zeroshot" / "lstm" / "zeroshot.csv").unlink()
     report = render_report(config(seeds=[0, 1]), results, out)
     assert any("zeroshot/lstm/zeroshot.csv" in g.note for g in report.gaps)
@@ -617,8 +618,16 @@ def test_figures_are_drawn_from_partial_inputs(tmp_path: Path) -> None:
     assert any("zeroshot/gpt/heldout.csv" in g.note for g in report.gaps)
     assert "heldout.lstm.perplexity" in report.summary and "heldout.lstm_minus_gpt.p" not in report.summary
     assert any("layers/mnli/1/layers.csv" in g.note for g in report.gaps)
-    for name in FIGURES:
-        assert (out / "figures" / f"{name}.svg").stat().st_size > 1000
+    def drawn(folder: Path, name: str) -> int:
+        """The lines and markers inside the axes (clipped to them), not the frame, ticks or legend."""
+        return (folder / "figures" / f"{name}.svg").read_text().count('clip-path="url(#')
+
+    whole = {name: drawn(tmp_path / "whole", name) for name in FIGURES}
+    assert all(count > 0 for count in whole.values())
+    # What is left is drawn; what went is not: the LSTM's zero-shot lines, the GPT's held-out curve
+    assert 0 < drawn(out, "figure2_right") < whole["figure2_right"]
+    assert 0 < drawn(out, "pretraining") < whole["pretraining"]
+    assert drawn(out, "figure2_left") == whole["figure2_left"]
 
 
 def test_figure2_summary_carries_the_last_points_standard_error_and_its_test_against_the_first(
