@@ -67,7 +67,9 @@ def test_every_stage_run_arrives_named_finished_and_nested(runs: dict, server_sm
 
 def test_the_metrics_are_those_of_the_output_files(runs: dict, server_smoke_run: Path) -> None:
     results = server_smoke_run / "results" / "smoke"
-    for path in sorted(results.glob("finetune/*/*/*/metrics.json")):
+    finetuned = sorted(results.glob("finetune/*/*/*/metrics.json"))
+    assert finetuned and len(finetuned) == sum(name.startswith("finetune ") for name in runs["runs"])
+    for path in finetuned:
         task, variant, seed = path.parts[-4:-1]
         logged = runs["runs"][f"finetune {task} {variant} seed{seed}"].data.metrics
         written = json.loads(path.read_text())
