@@ -49,7 +49,7 @@ children at its time limit). The default, issue 43's:
 Run on an H100 on 2026-11-26, and again when named (or with `all`):
   c. stages          every CUDA path of the stages through `python -m gpt1`, killed and resumed, outputs verified
   d. precision       CPU fp32 against GPU fp32 / TF32 / bf16; two identical GPU pre-trainings
-  b+. speed_extra    if time is left: HF compiled, ours with the vocabulary padded to a multiple of 64
+  b+. speed_extra    if time is left: ours compiled against HF compiled
   f. pretrain_minutes the gpu profile's own pre-training for ~3 minutes on the mirror's novels (prepare
                      --gpu-profile), stopped with SIGTERM; its loss curve from MLflow into OUT/pretrain_curve.csv
 Run when named (issue 43 item 1, issue 44; skipped where the bundle has no dag/):

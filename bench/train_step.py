@@ -8,21 +8,21 @@ CPU (default: the default profile's model, n_layer 4, n_embd 256, n_head 4, n_ct
 
 CUDA (default: the paper's model, n_ctx 512, batch 64, vocab 40478):
     python -m bench.train_step --device cuda
-  bf16 autocast, fused AdamW, TF32, flash attention, as gpt1.stages.pretrain trains; ours compiled and eager vs HF
-  eager. Reports tokens/s, MFU = (6N + 6 n_layer n_ctx n_embd) FLOPs per token x tokens/s over a MEASURED bf16 matmul
-  peak (the table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note
-  below the table), and peak memory. Extra variants: hf-compile (HF under torch.compile) and ours-pad64 (ours
-  compiled with the vocabulary padded to a multiple of 64 for the matrix units; a speed measurement only: the
-  padding's logits are not masked here, and MFU counts the real vocabulary's FLOPs).
+  bf16 autocast, fused AdamW, TF32, cuDNN attention, the LM head's vocabulary padded to 64 and masked, as
+  gpt1.stages.pretrain trains; ours compiled and eager vs HF eager. Reports tokens/s, MFU = (6N + 6 n_layer n_ctx
+  n_embd) FLOPs per token (the real vocabulary's, padded or not) x tokens/s over a MEASURED bf16 matmul peak (the
+  table's column; --peak-tflops reuses one measured before), and over the datasheet's 989 TFLOP/s (a note below the
+  table), and peak memory. Extra variant: hf-compile (HF under torch.compile).
   bench/gpu_check.py runs it so, at the gpu profile's micro-batch (32):
     python -m bench.train_step --device cuda --batch 32 --json b.json --profile-table step.txt
 
 Levers (issue 43, bench/gpu/levers.py): "ours" followed by "+LEVER"s, each against "ours" in the same run:
-    python -m bench.train_step --device cuda --batch 32 --variants ours,ours+mb64,ours+mask64,ours+chunkce
-  mbN: micro-batch N; maskN: the vocabulary padded to a multiple of N, the padding's logits -inf before the loss
-  (the loss is the unpadded one); chunkce: the LM head and cross-entropy in chunks of --ce-rows positions whose
-  gradients are made in the forward pass, so the [positions, vocabulary] logits never exist whole; autotune:
-  torch.compile(mode="max-autotune-no-cudagraphs"). Several combine: ours+mb64+mask64. A variant whose warm-up
+    python -m bench.train_step --device cuda --batch 32 --variants ours,ours+mb64,ours+pad1,ours+chunkce
+  mbN: micro-batch N; padN: the LM head's vocabulary padded to a multiple of N, the padding's logits -inf before the
+  loss (`GPT.logits_multiple`: the loss is the unpadded one; pad1: no padding, ours before 2026-11-29); chunkce: the
+  LM head and cross-entropy in chunks of --ce-rows positions whose gradients are made in the forward pass, so the
+  [positions, vocabulary] logits never exist whole; autotune:
+  torch.compile(mode="max-autotune-no-cudagraphs"). Several combine: ours+mb64+pad1. A variant whose warm-up
   (compile) fails is reported as failed; the others are still timed.
 
 Prints Markdown: a header and one row per model variant, with machine, torch version and date. --json also writes
@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from gpt1.modeling.hf import to_hf_model
-from gpt1.modeling.model import GPT, GPTConfig, flops_per_token
+from gpt1.modeling.model import GPT, GPTConfig, flops_per_token, mask_padding
+from gpt1.training import runtime
 from gpt1.training.runtime import attention_kernels, autocast, configure_device, resolve_compile, resolve_precision
 
 CPU_SHAPE = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ctx": 128, "vocab": 8400, "batch": 32}
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first (compile happens here)")
     parser.add_argument("--variants", default=None,
                         help="comma list of ours,hf,bf16,compile (cpu default: all) or ours,ours-eager,hf (cuda); "
-                        "also hf-compile, ours-pad64 and levers: ours+mb64+mask64+chunkce+autotune (see above)")
+                        "also hf-compile and levers: ours+mb64+pad1+chunkce+autotune (see above)")
     parser.add_argument("--dropout", type=float, default=GPTConfig.embd_pdrop,
                         help="every dropout of the model (default: the paper's, GPTConfig's)")
     parser.add_argument("--ce-rows", type=int, default=4096, help="positions per chunk of the chunkce lever")
@@ -143,21 +144,6 @@ def hf_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
     return model(input_ids=x, labels=x).loss
 
 
-def mask_padding(logits: torch.Tensor, vocab: int) -> torch.Tensor:
-    """`logits` with the columns past `vocab` (a padded vocabulary's unused rows) at -inf: softmax gives them 0, so
-    the cross-entropy and its gradient are the unpadded vocabulary's."""
-    if logits.size(-1) == vocab:
-        return logits
-    padding = torch.arange(logits.size(-1), device=logits.device) >= vocab
-    return logits.masked_fill(padding, float("-inf"))
-
-
-def masked_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, vocab: int) -> torch.Tensor:
-    """The next-token loss of a GPT whose vocabulary is padded past `vocab`, its padding masked."""
-    logits = mask_padding(model(x)[0], vocab)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=IGNORE)
-
-
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """The mean cross-entropy of (hidden @ weight.T)[:, :vocab] against targets, `rows` positions at a time. The
     gradients of hidden and weight are made chunk by chunk in the forward pass (softmax minus one-hot is all the
@@ -204,10 +190,11 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
 
 def chunked_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: int, rows: int,
                  dtype: torch.dtype | None) -> torch.Tensor:
-    """The next-token loss of a GPT (padded or not) through its tied LM head in chunks of `rows` positions."""
-    hidden = model.transformer(x)
-    return chunked_cross_entropy(hidden.reshape(-1, hidden.size(-1)), model.lm_head.weight, y.reshape(-1), vocab,
-                                 rows, dtype)
+    """The next-token loss of a GPT through its tied LM head in chunks of `rows` positions, the head's rows padded
+    as its forward pads them (`logits_multiple`)."""
+    hidden, weight = model.transformer(x), model.lm_head.weight
+    weight = F.pad(weight, (0, 0, 0, -weight.size(0) % model.logits_multiple))
+    return chunked_cross_entropy(hidden.reshape(-1, hidden.size(-1)), weight, y.reshape(-1), vocab, rows, dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -222,22 +209,24 @@ class Recipe:
     model: str  # "ours" or "hf"
     compiled: bool
     autocast: torch.dtype | None
-    vocab_multiple: int = 1  # ours with the embedding (and so the tied LM head) padded to a multiple of this
+    logits_multiple: int = 1  # ours: its LM head's vocabulary padded to a multiple of this, masked (GPT's own)
     batch: int | None = None  # its micro-batch (None: --batch)
-    loss: str = "model"  # "model": GPT.forward's own; "masked": masked_loss; "chunked": chunked_loss
+    loss: str = "model"  # "model": GPT.forward's own; "chunked": chunked_loss
     compile_mode: str | None = None  # torch.compile's mode (None: its default, as pre-training compiles)
 
 
 def recipes(device: torch.device) -> dict[str, Recipe]:
     """The variants --variants can name on `device`. "ours" is what gpt1.stages.pretrain trains with there (its `auto`
-    precision and compile settings: bf16 autocast + torch.compile on CUDA, fp32 eager on the CPU); HF runs eager,
-    under the same autocast as "ours"."""
+    precision and compile settings: bf16 autocast + torch.compile on CUDA, fp32 eager on the CPU; its LM head's
+    padding, runtime.logits_multiple); HF runs eager, under the same autocast as "ours"."""
     bf16, cuda = torch.bfloat16, device.type == "cuda"
     dtype, compiled = resolve_precision("auto", device), resolve_compile("auto", device)
-    label = "ours, " + " + ".join(["bf16" if dtype else "fp32", *(["compile"] if compiled else [])])
-    made = {"ours": Recipe(label, "ours", compiled, dtype), "hf": Recipe("HF OpenAIGPT", "hf", False, dtype)}
+    multiple = runtime.logits_multiple(device)
+    padding = f", vocab padded to {multiple}" if multiple > 1 else ""
+    label = "ours, " + " + ".join(["bf16" if dtype else "fp32", *(["compile"] if compiled else [])]) + padding
+    made = {"ours": Recipe(label, "ours", compiled, dtype, multiple), "hf": Recipe("HF OpenAIGPT", "hf", False, dtype)}
     if cuda:
-        made["ours-eager"] = Recipe("ours, bf16 eager", "ours", False, bf16)
+        made["ours-eager"] = Recipe(f"ours, bf16 eager{padding}", "ours", False, bf16, multiple)
     else:
         made["bf16"] = Recipe("ours, bf16 autocast", "ours", False, bf16)
         made["compile"] = Recipe("ours, torch.compile", "ours", True, None)
@@ -245,28 +234,26 @@ def recipes(device: torch.device) -> dict[str, Recipe]:
 
 
 def extra_recipes(device: torch.device) -> dict[str, Recipe]:
-    """Variants to name on purpose (--variants): HF compiled, and ours compiled with the vocabulary padded to a
-    multiple of 64 (the matrix units' tile: one lever towards the MFU target)."""
-    dtype = resolve_precision("auto", device)
-    return {"hf-compile": Recipe("HF OpenAIGPT, compile", "hf", True, dtype),
-            "ours-pad64": Recipe("ours, compile, vocab padded to 64", "ours", True, dtype, vocab_multiple=64)}
+    """Variants to name on purpose (--variants): HF compiled."""
+    return {"hf-compile": Recipe("HF OpenAIGPT, compile", "hf", True, resolve_precision("auto", device))}
 
 
 def lever(recipe: Recipe, token: str) -> Recipe:
-    """`recipe` with one lever of a variant's name (ours+mb64+mask64+chunkce+autotune) applied."""
+    """`recipe` with one lever of a variant's name (ours+mb64+pad1+chunkce+autotune) applied."""
     replace = functools.partial(dataclasses.replace, recipe)
     if match := re.fullmatch(r"mb(\d+)", token):
         return replace(batch=int(match[1]), label=f"{recipe.label}, micro-batch {match[1]}")
-    if match := re.fullmatch(r"mask(\d+)", token):
-        loss = "chunked" if recipe.loss == "chunked" else "masked"  # the chunked loss masks the padding itself
-        return replace(vocab_multiple=int(match[1]), loss=loss, label=f"{recipe.label}, vocab padded to {match[1]} "
-                       "+ masked")
+    if match := re.fullmatch(r"pad(\d+)", token):
+        multiple = int(match[1])
+        base = recipe.label.split(", vocab padded to ")[0]
+        return replace(logits_multiple=multiple, label=f"{base}, vocab padded to {multiple}" if multiple > 1 else
+                       f"{base}, vocab unpadded")
     if token == "chunkce":
         return replace(loss="chunked", label=f"{recipe.label}, chunked LM head + CE")
     if token == "autotune":
         where = "" if recipe.compiled else " (not compiled here: a rehearsal)"
         return replace(compile_mode=AUTOTUNE_MODE, label=f"{recipe.label}, max-autotune{where}")
-    raise SystemExit(f"--variants: unknown lever {token!r}; valid: mbN, maskN, chunkce, autotune")
+    raise SystemExit(f"--variants: unknown lever {token!r}; valid: mbN, padN, chunkce, autotune")
 
 
 def chosen_recipes(args: argparse.Namespace, device: torch.device) -> dict[str, Recipe]:
@@ -288,13 +275,10 @@ def model_config(args: argparse.Namespace) -> GPTConfig:
 
 
 def padded_copy(base: GPT, multiple: int) -> GPT:
-    """`base` with its token embedding grown to a multiple of `multiple` rows (the new rows never appear in the
-    inputs or the targets)."""
+    """A copy of `base` (its weights) whose LM head pads the vocabulary to a multiple of `multiple`, masked."""
     model = GPT(base.config)
     model.load_state_dict(base.state_dict())
-    rows = base.config.vocab_size
-    if rows % multiple:
-        model.resize_token_embeddings(-(-rows // multiple) * multiple)
+    model.logits_multiple = multiple
     return model
 
 
@@ -310,8 +294,6 @@ def ours_step_loss(model: GPT, recipe: Recipe, args: argparse.Namespace) -> Call
     loss compiled whole (the model's forward and the loss in one graph)."""
     if recipe.loss == "model":
         return functools.partial(ours_loss, compiled_if(model, recipe))
-    if recipe.loss == "masked":
-        return compiled_if(functools.partial(masked_loss, model, vocab=args.vocab), recipe)
     return compiled_if(functools.partial(chunked_loss, model, vocab=args.vocab, rows=args.ce_rows,
                                          dtype=recipe.autocast), recipe)
 
@@ -325,7 +307,7 @@ def build_variants(args: argparse.Namespace, device: torch.device) -> list[Varia
             hf = to_hf_model(base).to(device).train()
             loss = functools.partial(hf_loss, torch.compile(hf) if recipe.compiled else hf)
             return Variant(recipe.label, hf, loss, recipe.autocast, device, args.batch, key)
-        model = padded_copy(base, recipe.vocab_multiple).to(device).train()
+        model = padded_copy(base, recipe.logits_multiple).to(device).train()
         return Variant(recipe.label, model, ours_step_loss(model, recipe, args), recipe.autocast, device,
                        recipe.batch or args.batch, key)
 
@@ -338,8 +320,8 @@ LOSS_TOLERANCE = 1e-2
 
 
 def loss_check(device: torch.device, dtype: torch.dtype | None, multiple: int = 64) -> dict[str, float]:
-    """|the masked and the chunked loss of a small GPT with its vocabulary padded - the plain loss of the same GPT
-    unpadded| (eval: no dropout), on this device under this autocast: a lever must leave the loss as it was."""
+    """|the padded and the chunked loss of a small GPT whose LM head pads its vocabulary - the plain loss of the same
+    GPT unpadded| (eval: no dropout), on this device under this autocast: a lever must leave the loss as it was."""
     torch.manual_seed(0)
     vocab = 100
     base = GPT(GPTConfig(vocab_size=vocab, n_ctx=16, n_embd=32, n_layer=1, n_head=2)).to(device).eval()
@@ -348,7 +330,7 @@ def loss_check(device: torch.device, dtype: torch.dtype | None, multiple: int = 
     inputs, targets = x[:, :-1], x[:, 1:]
     with torch.no_grad(), autocast(device, dtype):
         plain = ours_loss(base, inputs, targets)
-        found = {"masked": masked_loss(padded, inputs, targets, vocab),
+        found = {"padded": ours_loss(padded, inputs, targets),
                  "chunked": chunked_loss(padded, inputs, targets, vocab, rows=24, dtype=dtype)}
     gaps = {name: abs(loss - plain).item() for name, loss in found.items()}
     if max(gaps.values()) > LOSS_TOLERANCE:

@@ -13,6 +13,7 @@ state to restore), and check it is what a GPU run needs.
 | autocast dtype | runtime.resolve_precision, autocast | precision, autocast |
 | TF32 | runtime.configure_device | configure_device |
 | cuDNN attention first (its dropout is p) | runtime.attention_backends, attention_kernels | attention |
+| the LM head's vocabulary padded to 64, masked | runtime.logits_multiple, pretraining.build_job | prepare_on_cuda |
 | fused AdamW, and all of the above wired together | pretrain.prepare | prepare_on_cuda |
 | pinned memory, non_blocking copy | ids.read_windows | read_windows |
 | CUDA RNG state in checkpoints | resume.rng_states, set_rng_states | checkpoint_rng |
@@ -199,12 +200,14 @@ def test_prepare_on_cuda_asks_for_fused_adamw_bf16_compile_and_tf32(
     job = pretrain.prepare(make_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, tmp_path / "gpu", on_gpu)
     assert job.optimizer.defaults["fused"] is True
     assert (job.dtype, job.compiled) == (BF16, True)
+    assert job.raw.logits_multiple == 64  # the LM head pads the vocabulary for the matrix units, masked
     assert torch.get_float32_matmul_precision() == "high"
 
     on_cpu = Runtime(0, 1, 0, CPU, False)
     job = pretrain.prepare(make_config(), "gpt", tiny_data.ids, tiny_data.tokenizer, tmp_path / "cpu", on_cpu)
     assert job.optimizer.defaults["fused"] is True  # the CPU's fused kernels too: their sqrt is exact (issue 42)
     assert (job.dtype, job.compiled) == (None, False)
+    assert job.raw.logits_multiple == 1  # the CPU's bits: no padding
 
 
 def test_read_windows_pins_then_copies_asynchronously_to_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,11 +281,13 @@ def test_bench_cuda_defaults_are_the_paper_model_and_the_gpu_variants(train_step
 
 def test_bench_ours_trains_as_pretraining_does_on_each_device(train_step: ModuleType) -> None:
     gpu, cpu = train_step.recipes(CUDA), train_step.recipes(CPU)
-    assert (gpu["ours"].compiled, gpu["ours"].autocast, gpu["ours"].label) == (True, BF16, "ours, bf16 + compile")
-    assert (gpu["ours-eager"].compiled, gpu["ours-eager"].autocast) == (False, BF16)
+    ours, eager = gpu["ours"], gpu["ours-eager"]
+    assert (ours.compiled, ours.autocast, ours.label) == (True, BF16, "ours, bf16 + compile, vocab padded to 64")
+    assert (eager.compiled, eager.autocast, eager.logits_multiple) == (False, BF16, 64)
     assert (gpu["hf"].compiled, gpu["hf"].autocast) == (False, BF16)
     assert set(gpu) == {"ours", "ours-eager", "hf"}
     assert (cpu["ours"].compiled, cpu["ours"].autocast, cpu["ours"].label) == (False, None, "ours, fp32")
+    assert cpu["ours"].logits_multiple == 1
     assert cpu["hf"].autocast is None and set(cpu) == {"ours", "hf", "bf16", "compile"}
 
 

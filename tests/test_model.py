@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, set_dropout
+from gpt1.modeling.model import GPT, LSTMLM, GPTConfig, LSTMConfig, padded_logits, set_dropout
 
 SMALL = GPTConfig(vocab_size=101, n_ctx=16, n_embd=32, n_layer=3, n_head=4)
 PAPER_PARAMS = 116_534_784  # GPTConfig(): embeddings 31,480,320 + 12 blocks x 7,087,872
@@ -173,6 +173,34 @@ def test_loss_is_mean_ce_with_ignore_index() -> None:
     manual = -torch.log_softmax(logits, -1)[keep].gather(-1, targets[keep][:, None]).mean()
     assert torch.allclose(loss, manual, atol=1e-6)
     assert abs(loss.item() - math.log(SMALL.vocab_size)) < 0.1  # near-uniform predictions at init
+
+
+def test_a_padded_lm_head_changes_neither_the_loss_nor_the_gradients_nor_the_weights() -> None:
+    """logits_multiple 64 pads the 101-row vocabulary to 128 and masks the padding: the same logits, loss and
+    gradients as unpadded (up to summation order), and the weights and state_dict keep their 101 rows."""
+    plain, padded = small_gpt().eval(), small_gpt().eval()
+    padded.logits_multiple = 64
+    idx, targets = ids(), ids(seed=2)
+    targets[1, 3:] = -100
+    results = []
+    for model in (plain, padded):
+        logits, loss = model(idx, targets)
+        loss.backward()
+        results.append((logits.detach(), loss.detach(), model.tokens_embed.weight.grad.clone()))
+    (logits_a, loss_a, grad_a), (logits_b, loss_b, grad_b) = results
+    assert logits_b.shape == (2, 16, SMALL.vocab_size)
+    torch.testing.assert_close(logits_b, logits_a)
+    torch.testing.assert_close(loss_b, loss_a)
+    torch.testing.assert_close(grad_b, grad_a)
+    assert padded.state_dict()["tokens_embed.weight"].shape == (SMALL.vocab_size, SMALL.n_embd)
+    assert padded.num_params() == plain.num_params()
+
+
+def test_padded_logits_pads_to_the_multiple_and_masks_only_the_padding() -> None:
+    hidden, weight = torch.randn(3, 8), torch.randn(101, 8)
+    out = padded_logits(hidden, weight, 64)
+    assert out.shape == (3, 128) and torch.isneginf(out[:, 101:]).all() and torch.isfinite(out[:, :101]).all()
+    torch.testing.assert_close(padded_logits(hidden, weight[:64], 64), hidden @ weight[:64].T)  # aligned: no padding
 
 
 def test_too_long_sequence_raises() -> None:

@@ -4,10 +4,11 @@ with the gpu profile's dropout, under bf16 autocast. MFU counts the real vocabul
 measured peak (else the 2026-11-26 H100's).
 
 bench/train_step.py (the command of gpu/speed.py) runs in a child up to three times, each with its own "current":
-  1. levers       ours (the gpu profile's micro-batch, compiled as pre-training compiles it) against ours+mb64
-                  (micro-batch 64), ours+mask64 (vocabulary padded to a multiple of 64, the padding's logits -inf
-                  before the loss) and ours+chunkce (LM head and cross-entropy in chunks of positions, gradients
-                  made in the forward pass: the whole logits never exist)
+  1. levers       ours (the gpu profile's micro-batch, compiled as pre-training compiles it, its LM head's
+                  vocabulary padded to 64 and masked since 2026-11-29) against ours+mb64 (micro-batch 64),
+                  ours+pad1 (the vocabulary unpadded: what the padding buys, inverted; on the CPU, which does not
+                  pad, ours+pad64 instead) and ours+chunkce (LM head and cross-entropy in chunks of positions,
+                  gradients made in the forward pass: the whole logits never exist)
   2. combination  ours against the levers that paid (median paired ratio >= PAID) together, when two or more did
   3. autotune     ours against ours+autotune (torch.compile's max-autotune, no CUDA graphs), last: its compile
                   takes what is left of the section's time, and the record says when it did not finish
@@ -27,7 +28,6 @@ from bench.gpu.env import REPO, Context
 from bench.gpu.report import Record, md_table
 from bench.gpu.speed import percent, recorded_peak, train_step
 
-LEVERS = {"mb64": "micro-batch 64", "mask64": "vocabulary padded to 64, masked", "chunkce": "chunked LM head + CE"}
 AUTOTUNE = "autotune"
 PAID = 1.01  # a lever pays when its median paired ratio to the current step is at least this
 MFU_GOAL = 0.50
@@ -39,6 +39,13 @@ LEAST_S = {"cuda": {"combination": 40.0, "autotune": 60.0}, "cpu": {"combination
 MARGIN_S = 5.0  # for the record after the last child
 # The tiny shape's vocabulary (speed.TINY_SHAPE's 512 is a multiple of 64) and chunk: padding and chunks exercised
 TINY_LEVERS = ("--vocab", "500", "--ce-rows", "64")
+
+
+def levers(cuda: bool) -> dict[str, str]:
+    """Each lever's token and name. The padding lever flips the current step's padding (runtime.logits_multiple):
+    on CUDA pre-training pads, so the lever is the unpadded vocabulary; on the CPU it does not, so the lever pads."""
+    padding = {"pad1": "vocabulary unpadded"} if cuda else {"pad64": "vocabulary padded to 64, masked"}
+    return {"mb64": "micro-batch 64", **padding, "chunkce": "chunked LM head + CE"}
 
 
 def section_seconds(ctx: Context) -> float:
@@ -79,15 +86,15 @@ def skipped(reason: str) -> dict[str, Any]:
     return {"status": "skipped", "reason": reason}
 
 
-def paid(run: dict[str, Any]) -> list[str]:
-    """The levers of run 1 whose median paired ratio to the current step reached PAID, in LEVERS' order."""
+def paid(run: dict[str, Any], cuda: bool = True) -> list[str]:
+    """The levers of run 1 whose median paired ratio to the current step reached PAID, in `levers`' order."""
     ratios = {v["key"]: v["vs_first_paired"] for v in run.get("variants", [])}
-    return [lever for lever in LEVERS if ratios.get(variant([lever]), 0.0) >= PAID]
+    return [lever for lever in levers(cuda) if ratios.get(variant([lever]), 0.0) >= PAID]
 
 
 def combination(ctx: Context, first: dict[str, Any]) -> list[str]:
     """The levers to combine: those that paid (on the CPU all: its speeds decide nothing)."""
-    return list(LEVERS) if not ctx.cuda else paid(first)
+    return list(levers(False)) if not ctx.cuda else paid(first)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -160,7 +167,7 @@ def notes(ctx: Context, runs: dict[str, dict[str, Any]], combined: list[str]) ->
              "overhead), in what is left of the section's time, and is not in the combination"]
     checks = first.get("loss_check")
     if checks:
-        found.append("the masked and the chunked loss of a small padded GPT against its plain loss on this device: "
+        found.append("the padded and the chunked loss of a small GPT against its plain loss on this device: "
                      + ", ".join(f"{k} |diff| {v:.1e}" for k, v in checks.items()))
     if not ctx.cuda:
         found.append("on the CPU: uncompiled (max-autotune is the current step again here), tiny shape with a "
@@ -183,7 +190,7 @@ def run(ctx: Context) -> None:
         return deadline - time.monotonic()
 
     least = LEAST_S[ctx.device]
-    runs = {"levers": measure(ctx, "levers", [[lever] for lever in LEVERS], left())}
+    runs = {"levers": measure(ctx, "levers", [[lever] for lever in levers(ctx.cuda)], left())}
     if runs["levers"]["status"] != "ok":
         save(record, ctx, runs, [], "failed")
         return

@@ -27,14 +27,14 @@ SECTIONS = (
     ("host_probe", "h", "the GPU machine's CPU: the numerics probe's hashes in each mode against the AMD files"),
     ("dropout", "g", "dropout as trained (bf16, compiled): which SDPA backend, and each dropout's measured rate"),
     ("speed", "b", "one pre-training step at the paper's shape: ours eager and compiled against HF OpenAIGPT"),
-    ("levers", "b2", "pre-training MFU levers: micro-batch 64, vocabulary padded to 64 and masked, max-autotune, "
-     "chunked cross-entropy, each against the current step"),
+    ("levers", "b2", "pre-training MFU levers: micro-batch 64, the vocabulary unpadded (the current step pads it), "
+     "max-autotune, chunked cross-entropy, each against the current step"),
     ("finetune_speed", "e", "fine-tuning update time at the gpu profile's shapes; its GPU-hours recomputed"),
     ("finetune_graphs", "e2", "fine-tuning without its fixed cost: static shapes and CUDA graphs against today's "
      "update"),
     ("stages", "c", "every CUDA path of the stages through the gpt1 CLI, outputs verified"),
     ("precision", "d", "numerics: CPU fp32 against GPU fp32, TF32 and bf16; two identical GPU pre-trainings"),
-    ("speed_extra", "b+", "if time allows: HF compiled, ours with the vocabulary padded to a multiple of 64"),
+    ("speed_extra", "b+", "if time allows: ours compiled against HF compiled"),
     ("pretrain_minutes", "f", "the gpu profile's pre-training for minutes on the mirror's novels: its loss curve"),
     ("dag", "i", "a profile's whole DAG through Snakemake, K model jobs sharing the GPU: jobs, MLflow runs, DVC"),
 )

@@ -129,6 +129,27 @@ def _grown(weight: torch.Tensor, new_rows: int, std: float) -> nn.Parameter:
     return nn.Parameter(out, requires_grad=weight.requires_grad)
 
 
+def mask_padding(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """`logits` with the columns past `vocab` (a padded vocabulary's unused rows) at -inf: softmax gives them 0, so
+    the cross-entropy and its gradient are the unpadded vocabulary's."""
+    if logits.size(-1) == vocab:
+        return logits
+    padding = torch.arange(logits.size(-1), device=logits.device) >= vocab
+    return logits.masked_fill(padding, float("-inf"))
+
+
+def padded_logits(hidden: torch.Tensor, weight: torch.Tensor, multiple: int) -> torch.Tensor:
+    """hidden @ weight.T with `weight`'s rows zero-padded to a multiple of `multiple` and the padding's logits at
+    -inf: [..., padded vocabulary]. The weight itself keeps its rows (checkpoints, exports and the optimizer see the
+    real vocabulary); on a GPU an aligned vocabulary fills the matrix units' tiles (40,478 -> 40,512 for 64), and
+    under torch.compile the pad fuses into the bf16 cast the product needs anyway."""
+    vocab = weight.size(0)
+    extra = -vocab % multiple
+    if not extra:
+        return F.linear(hidden, weight)
+    return mask_padding(F.linear(hidden, F.pad(weight, (0, 0, 0, extra))), vocab)
+
+
 def _lm_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
     # targets are already aligned with logits (targets[:, t] is the token after idx[:, t]); -100 is ignored.
     if targets is None:
@@ -219,6 +240,9 @@ class GPT(nn.Module):
         self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.tokens_embed.weight  # tied: one tensor, listed once by parameters()
+        # forward's LM head pads the vocabulary to a multiple of this (`padded_logits`); a runtime choice, not a
+        # hyperparameter: the loss is the same (pre-training sets it on CUDA: gpt1.training.runtime.logits_multiple)
+        self.logits_multiple = 1
         self.apply(self._init_weights)
 
     @classmethod
@@ -257,9 +281,14 @@ class GPT(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """logits [B, T, vocab]; loss = mean cross-entropy against `targets` (aligned: the next token of each
-        position, -100 = ignore), or None."""
-        logits = self.lm_head(self.transformer(idx))
-        return logits, _lm_loss(logits, targets)
+        position, -100 = ignore), or None. With `logits_multiple` > 1 the loss comes from the padded, masked logits and
+        the logits returned are their real vocabulary's columns."""
+        hidden = self.transformer(idx)
+        if self.logits_multiple == 1:
+            logits = self.lm_head(hidden)
+            return logits, _lm_loss(logits, targets)
+        padded = padded_logits(hidden, self.lm_head.weight, self.logits_multiple)
+        return padded[..., : self.config.vocab_size], _lm_loss(padded, targets)
 
     def num_params(self) -> int:
         """Unique parameters (the tied LM head is not counted twice). 116,534,784 for GPTConfig()."""
@@ -364,4 +393,5 @@ def flops_per_token(model: nn.Module) -> int:
     return 6 * n
 
 
-__all__ = ["GPT", "LSTMLM", "MLP", "Block", "CausalSelfAttention", "GPTConfig", "LSTMConfig", "flops_per_token"]
+__all__ = ["GPT", "LSTMLM", "MLP", "Block", "CausalSelfAttention", "GPTConfig", "LSTMConfig", "flops_per_token",
+           "mask_padding", "padded_logits"]

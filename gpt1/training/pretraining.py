@@ -15,6 +15,8 @@ How the pieces fit (all of it is the same on 1 process and under `torchrun`):
   global batch), so dropout masks too are independent of the process count and of where a run was resumed.
 * Validation. A fixed set of eval_batches x batch_size windows of the validation ids (their own seeded stream),
   evaluated every eval_every updates, at every snapshot and at the end: mean loss and perplexity.
+* The LM head on CUDA pads the vocabulary to a multiple of 64 for the matrix units and masks the padding
+  (`GPT.logits_multiple`, `runtime.logits_multiple`): the same loss, a faster step; the weights keep their rows.
 * Resume. out_dir/resume/ holds the last checkpoint (weights, optimizer, scheduler, sampler, RNG states, progress,
   snapshots written so far) and a pointer file naming it, written last. Re-running the same command continues from
   it; on CPU the final weights equal those of an uninterrupted run bit for bit.
@@ -52,7 +54,7 @@ from gpt1.modeling.checkpoints import (
     snapshot_name,
     weights_metadata,
 )
-from gpt1.modeling.model import GPTConfig, LSTMConfig
+from gpt1.modeling.model import GPT, GPTConfig, LSTMConfig
 from gpt1.pipeline import layout
 from gpt1.pipeline.errors import PretrainError
 from gpt1.pipeline.files import file_record
@@ -64,6 +66,7 @@ from gpt1.training.runtime import (
     attention_kernels,
     autocast,
     configure_device,
+    logits_multiple,
     resolve_compile,
     resolve_precision,
 )
@@ -280,6 +283,8 @@ def build_job(kind: str, model: dict[str, Any], pretrain: dict[str, Any], ids_di
     configure_device(rt.device)
     torch.manual_seed(pretrain["seed"])  # the same initial weights on every process (DDP also broadcasts rank 0's)
     raw = build_model(kind, config).to(rt.device)
+    if isinstance(raw, GPT):
+        raw.logits_multiple = logits_multiple(rt.device)
     optimizer = make_optimizer(raw, pretrain, rt.device)
     scheduler = make_scheduler(optimizer, pretrain["warmup_steps"], plan.total_steps)
     sampler = WindowSampler(len(splits["train"]), config.n_ctx, pretrain["seed"])

@@ -99,6 +99,14 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     return torch.autocast(device.type, dtype=dtype)
 
 
+def logits_multiple(device: torch.device) -> int:
+    """What the GPT's LM head pads the vocabulary to while pre-training (`GPT.logits_multiple`): 64 on CUDA, the
+    matrix units' tile, 1 (no padding) elsewhere, so a CPU run keeps its bits. The padding's logits are masked, so the
+    loss is the real vocabulary's. Measured on an H100 (2026-11-27, bench/gpu/levers.py, runs 2-3): the paper's
+    pre-training step 1.076-1.087x as fast with the vocabulary padded from 40,478 to 40,512 and masked."""
+    return 64 if device.type == "cuda" else 1
+
+
 def attention_backends(device: torch.device) -> list[torch.nn.attention.SDPBackend]:
     """The scaled_dot_product_attention kernels to try, in order: on CUDA cuDNN first, then memory-efficient, flash
     and the math fallback; empty on other devices (PyTorch's own choice). Why not flash first: its dropout keeps a
