@@ -196,6 +196,21 @@ def test_a_padded_lm_head_changes_neither_the_loss_nor_the_gradients_nor_the_wei
     assert padded.num_params() == plain.num_params()
 
 
+@pytest.mark.slow
+def test_the_padded_lm_head_compiles_to_the_eager_loss_and_gradients() -> None:
+    """What pre-training runs on CUDA, compiled by Inductor (here for the CPU, ~50 s): the padded head's graph gives
+    the unpadded model's loss and gradients."""
+    plain, padded = small_gpt().eval(), small_gpt().eval()
+    padded.logits_multiple = 64
+    idx, targets = ids(), ids(seed=2)
+    want = plain(idx, targets)[1]
+    want.backward()
+    loss = torch.compile(padded)(idx, targets)[1]
+    loss.backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(padded.tokens_embed.weight.grad, plain.tokens_embed.weight.grad)
+
+
 def test_padded_logits_pads_to_the_multiple_and_masks_only_the_padding() -> None:
     hidden, weight = torch.randn(3, 8), torch.randn(101, 8)
     out = padded_logits(hidden, weight, 64)
