@@ -245,9 +245,9 @@ def lever(recipe: Recipe, token: str) -> Recipe:
         return replace(batch=int(match[1]), label=f"{recipe.label}, micro-batch {match[1]}")
     if match := re.fullmatch(r"pad(\d+)", token):
         multiple = int(match[1])
-        base = recipe.label.split(", vocab padded to ")[0]
-        return replace(logits_multiple=multiple, label=f"{base}, vocab padded to {multiple}" if multiple > 1 else
-                       f"{base}, vocab unpadded")
+        base = re.sub(r", vocab (padded to \d+|unpadded)", "", recipe.label)  # the other levers' words stay
+        padding = f"vocab padded to {multiple}" if multiple > 1 else "vocab unpadded"
+        return replace(logits_multiple=multiple, label=f"{base}, {padding}")
     if token == "chunkce":
         return replace(loss="chunked", label=f"{recipe.label}, chunked LM head + CE")
     if token == "autotune":

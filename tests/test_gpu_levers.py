@@ -91,6 +91,9 @@ def test_levers_combine_in_a_variants_name_and_an_unknown_one_is_refused() -> No
     assert (gpu["ours"].compiled, gpu["ours"].autocast, gpu["ours"].logits_multiple) == (True, torch.bfloat16, 64)
     assert gpu["ours"].label == "ours, bf16 + compile, vocab padded to 64"  # as pre-training trains on CUDA
     assert (gpu["ours+pad1"].logits_multiple, gpu["ours+pad1"].label) == (1, "ours, bf16 + compile, vocab unpadded")
+    combined = train_step.chosen_recipes(train_step.parse_args(["--device", "cuda", "--variants", "ours+mb64+pad1"]),
+                                         torch.device("cuda"))["ours+mb64+pad1"]
+    assert combined.label == "ours, bf16 + compile, micro-batch 64, vocab unpadded"  # every lever named
     for bad in ("ours+bogus", "hf+mb64", "ours+mask64"):
         with pytest.raises(SystemExit, match=r"^--variants: unknown"):
             train_step.chosen_recipes(train_step.parse_args(["--variants", bad]), torch.device("cpu"))

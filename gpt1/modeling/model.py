@@ -141,8 +141,8 @@ def mask_padding(logits: torch.Tensor, vocab: int) -> torch.Tensor:
 def padded_logits(hidden: torch.Tensor, weight: torch.Tensor, multiple: int) -> torch.Tensor:
     """hidden @ weight.T with `weight`'s rows zero-padded to a multiple of `multiple` and the padding's logits at
     -inf: [..., padded vocabulary]. The weight itself keeps its rows (checkpoints, exports and the optimizer see the
-    real vocabulary); on a GPU an aligned vocabulary fills the matrix units' tiles (40,478 -> 40,512 for 64), and
-    under torch.compile the pad fuses into the bf16 cast the product needs anyway."""
+    real vocabulary); on a GPU an aligned vocabulary fills the matrix units' tiles (40,478 -> 40,512 for 64).
+    Under torch.compile the pad should fuse into the bf16 cast the product needs anyway (not yet checked on a GPU)."""
     vocab = weight.size(0)
     extra = -vocab % multiple
     if not extra:

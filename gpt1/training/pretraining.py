@@ -16,7 +16,7 @@ How the pieces fit (all of it is the same on 1 process and under `torchrun`):
 * Validation. A fixed set of eval_batches x batch_size windows of the validation ids (their own seeded stream),
   evaluated every eval_every updates, at every snapshot and at the end: mean loss and perplexity.
 * The LM head on CUDA pads the vocabulary to a multiple of 64 for the matrix units and masks the padding
-  (`GPT.logits_multiple`, `runtime.logits_multiple`): the same loss, a faster step; the weights keep their rows.
+  (`GPT.logits_multiple`, `runtime.logits_multiple`): the same loss; the weights keep their rows.
 * Resume. out_dir/resume/ holds the last checkpoint (weights, optimizer, scheduler, sampler, RNG states, progress,
   snapshots written so far) and a pointer file naming it, written last. Re-running the same command continues from
   it; on CPU the final weights equal those of an uninterrupted run bit for bit.

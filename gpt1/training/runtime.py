@@ -102,8 +102,9 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 def logits_multiple(device: torch.device) -> int:
     """What the GPT's LM head pads the vocabulary to while pre-training (`GPT.logits_multiple`): 64 on CUDA, the
     matrix units' tile, 1 (no padding) elsewhere, so a CPU run keeps its bits. The padding's logits are masked, so the
-    loss is the real vocabulary's. Measured on an H100 (2026-11-27, bench/gpu/levers.py, runs 2-3): the paper's
-    pre-training step 1.076-1.087x as fast with the vocabulary padded from 40,478 to 40,512 and masked."""
+    loss is the real vocabulary's. Measured on an H100 as a padded embedding (2026-11-27, bench/gpu/levers.py, runs
+    2-3): the paper's pre-training step 1.076-1.087x as fast with the vocabulary padded from 40,478 to 40,512 and
+    masked; this form (the padding inside the head's product) is not timed yet (section b2's ours+pad1)."""
     return 64 if device.type == "cuda" else 1
 
 
