@@ -50,10 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from gpt1.modeling.hf import to_hf_model
-from gpt1.modeling.model import GPT, GPTConfig, flops_per_token, mask_padding
+from gpt1.modeling.model import GPT, GPTConfig, flops_per_token, mask_padding, pad_rows
 from gpt1.training import runtime
 from gpt1.training.runtime import attention_kernels, autocast, configure_device, resolve_compile, resolve_precision
 
@@ -192,8 +191,7 @@ def chunked_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: int, rows:
                  dtype: torch.dtype | None) -> torch.Tensor:
     """The next-token loss of a GPT through its tied LM head in chunks of `rows` positions, the head's rows padded
     as its forward pads them (`logits_multiple`)."""
-    hidden, weight = model.transformer(x), model.lm_head.weight
-    weight = F.pad(weight, (0, 0, 0, -weight.size(0) % model.logits_multiple))
+    hidden, weight = model.transformer(x), pad_rows(model.lm_head.weight, model.logits_multiple)
     return chunked_cross_entropy(hidden.reshape(-1, hidden.size(-1)), weight, y.reshape(-1), vocab, rows, dtype)
 
 

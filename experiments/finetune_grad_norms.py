@@ -36,7 +36,7 @@ HOLDOUT = 100  # held-out examples scored: the job's score is not what this meas
 def global_norm(optimizer: torch.optim.Optimizer) -> float:
     """The L2 norm of all of `optimizer`'s gradients together (clip_grad_norm_'s total_norm)."""
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+    return torch.nn.utils.get_total_norm(grads).item()
 
 
 def recording(norms: list[float]) -> Callable[..., None]:

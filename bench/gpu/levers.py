@@ -86,10 +86,9 @@ def skipped(reason: str) -> dict[str, Any]:
     return {"status": "skipped", "reason": reason}
 
 
-def paid(run: dict[str, Any], cuda: bool = True) -> list[str]:
-    """The levers of run 1 whose median paired ratio to the current step reached PAID, in `levers`' order."""
-    ratios = {v["key"]: v["vs_first_paired"] for v in run.get("variants", [])}
-    return [lever for lever in levers(cuda) if ratios.get(variant([lever]), 0.0) >= PAID]
+def paid(run: dict[str, Any]) -> list[str]:
+    """The levers of run 1 whose median paired ratio to the current step reached PAID, in the run's order."""
+    return [v["key"].removeprefix("ours+") for v in run.get("variants", [])[1:] if v["vs_first_paired"] >= PAID]
 
 
 def combination(ctx: Context, first: dict[str, Any]) -> list[str]:

@@ -138,16 +138,18 @@ def mask_padding(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     return logits.masked_fill(padding, float("-inf"))
 
 
+def pad_rows(weight: torch.Tensor, multiple: int) -> torch.Tensor:
+    """`weight` with zero rows appended up to a multiple of `multiple` (itself when it is one already)."""
+    extra = -weight.size(0) % multiple
+    return F.pad(weight, (0, 0, 0, extra)) if extra else weight
+
+
 def padded_logits(hidden: torch.Tensor, weight: torch.Tensor, multiple: int) -> torch.Tensor:
     """hidden @ weight.T with `weight`'s rows zero-padded to a multiple of `multiple` and the padding's logits at
     -inf: [..., padded vocabulary]. The weight itself keeps its rows (checkpoints, exports and the optimizer see the
     real vocabulary); on a GPU an aligned vocabulary fills the matrix units' tiles (40,478 -> 40,512 for 64).
     Under torch.compile the pad should fuse into the bf16 cast the product needs anyway (not yet checked on a GPU)."""
-    vocab = weight.size(0)
-    extra = -vocab % multiple
-    if not extra:
-        return F.linear(hidden, weight)
-    return mask_padding(F.linear(hidden, F.pad(weight, (0, 0, 0, extra))), vocab)
+    return mask_padding(F.linear(hidden, pad_rows(weight, multiple)), weight.size(0))
 
 
 def _lm_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
@@ -283,11 +285,7 @@ class GPT(nn.Module):
         """logits [B, T, vocab]; loss = mean cross-entropy against `targets` (aligned: the next token of each
         position, -100 = ignore), or None. With `logits_multiple` > 1 the loss comes from the padded, masked logits and
         the logits returned are their real vocabulary's columns."""
-        hidden = self.transformer(idx)
-        if self.logits_multiple == 1:
-            logits = self.lm_head(hidden)
-            return logits, _lm_loss(logits, targets)
-        padded = padded_logits(hidden, self.lm_head.weight, self.logits_multiple)
+        padded = padded_logits(self.transformer(idx), self.lm_head.weight, self.logits_multiple)
         return padded[..., : self.config.vocab_size], _lm_loss(padded, targets)
 
     def num_params(self) -> int:
@@ -394,4 +392,4 @@ def flops_per_token(model: nn.Module) -> int:
 
 
 __all__ = ["GPT", "LSTMLM", "MLP", "Block", "CausalSelfAttention", "GPTConfig", "LSTMConfig", "flops_per_token",
-           "mask_padding", "padded_logits"]
+           "mask_padding", "pad_rows", "padded_logits"]
