@@ -451,7 +451,7 @@ CASES = [
          "of profiles.smoke; a setting unset here is given whole: --set 'pretrain.by_model={gpt: {lr: 0.001}}'",
          extra=("--set", "pretrain.by_model.gpt.lr=1e-3"), code=2),
     Case("params/cuda-graphs-maybe", config(), "profiles.smoke.finetune.cuda_graphs: 'maybe' is not one of True, "
-         "False, auto", extra=("--set", "finetune.cuda_graphs=maybe"), code=2),
+         "False, auto, capture", extra=("--set", "finetune.cuda_graphs=maybe"), code=2),
     Case("args/finetune-from-a-snapshot-file", finetune(pretrained="{w}/pretrain/snapshots/00.safetensors"),
          "--pretrained {w}/pretrain/snapshots/00.safetensors: a file; fine-tuning starts from the folder gpt1 pretrain "
          "wrote (here perhaps {w}/pretrain)"),

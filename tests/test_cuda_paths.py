@@ -12,7 +12,7 @@ state to restore), and check it is what a GPU run needs.
 | torch.compile | runtime.resolve_compile, pretraining.wrap | compile, compiled_model |
 | autocast dtype | runtime.resolve_precision, autocast | precision, autocast |
 | TF32 | runtime.configure_device | configure_device |
-| cuDNN attention first (its dropout is p) | runtime.attention_backends, attention_kernels | attention |
+| attention kernels whose dropout is p (two orders) | runtime.attention_backends, attention_kernels | attention |
 | the LM head's vocabulary padded to 64, masked | runtime.logits_multiple, pretraining.build_job | prepare_on_cuda |
 | fused AdamW, and all of the above wired together | pretrain.prepare | prepare_on_cuda |
 | pinned memory, non_blocking copy | ids.read_windows | read_windows |
@@ -109,6 +109,17 @@ def test_attention_prefers_the_kernels_whose_dropout_is_p_on_cuda() -> None:
                                                  SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
     assert runtime.attention_backends(CPU) == []
     assert isinstance(runtime.attention_kernels(CPU), contextlib.nullcontext)
+
+
+def test_fine_tuning_attention_prefers_the_memory_efficient_kernel_on_cuda() -> None:
+    """Fine-tuning's many shapes: the memory-efficient kernel (p exact, no cuDNN plan per length), then cuDNN; flash
+    still never before them."""
+    from torch.nn.attention import SDPBackend
+
+    assert runtime.attention_backends(CUDA, varying=True) == [SDPBackend.EFFICIENT_ATTENTION,
+                                                               SDPBackend.CUDNN_ATTENTION,
+                                                               SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+    assert runtime.attention_backends(CPU, varying=True) == []
 
 
 def test_attention_kernels_on_cuda_set_that_priority_while_inside() -> None:

@@ -20,7 +20,15 @@ from gpt1.data.tasks import get_task
 from gpt1.data.transforms import Transformed
 from gpt1.modeling.heads import FinetuneModel, collate, compute_losses, static_losses
 from gpt1.modeling.model import set_dropout
-from gpt1.training.finetune_loop import GraphedUpdates, Recipe, Trainer, batches, bucket_length, uses_graphs
+from gpt1.training.finetune_loop import (
+    CapturedUpdates,
+    GraphedUpdates,
+    Recipe,
+    Trainer,
+    batches,
+    bucket_length,
+    fast_path,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 100
@@ -96,8 +104,9 @@ def test_the_static_loss_with_bucket_padding_is_the_eager_loss(task: str, lm_wei
 
 def test_auto_is_the_fast_path_on_cuda_only() -> None:
     cuda = torch.device("cuda")
-    assert uses_graphs("auto", cuda) and not uses_graphs("auto", CPU)
-    assert uses_graphs(True, CPU) and not uses_graphs(False, cuda)
+    assert fast_path("auto", cuda) == "compile" and fast_path("auto", CPU) is None
+    assert fast_path(True, CPU) == "compile" and fast_path(False, cuda) is None
+    assert fast_path("capture", cuda) == fast_path("capture", CPU) == "capture"
     trainer = Trainer(model_for("mnli"), RECIPE, part_for("mnli", 8), 0)
     assert trainer.fast is None and isinstance(trainer.scheduler, torch.optim.lr_scheduler.LambdaLR)
 
@@ -125,6 +134,75 @@ def test_the_fast_loop_forced_on_a_cpu_trains_as_the_eager_one(kind: str) -> Non
         assert list(fast) == list(eager)
         assert fast["loss"] == pytest.approx(eager["loss"], rel=1e-5)
     torch.testing.assert_close(weights[True], weights[False], rtol=1e-4, atol=1e-6)
+
+
+def train_two_epochs(graphs: bool | str, data: Part, kind: str = "gpt", dropout: float = 0.1,
+                     **kwargs: int) -> tuple[list[dict[str, float]], dict[str, torch.Tensor], Trainer]:
+    """Two epochs of a fresh model seeded alike: the curves, the weights, the trainer."""
+    model = model_for("mnli", dropout=dropout, kind=kind)
+    trainer = Trainer(model, RECIPE, data, 0, graphs=graphs)
+    if kwargs and isinstance(trainer.fast, CapturedUpdates):
+        trainer.fast.warmup = kwargs["warmup"]
+    torch.manual_seed(1)  # the dropout masks: the same stream for each path
+    rows, step, _ = trainer.epoch(0, 0, "test")
+    more, _, _ = trainer.epoch(1, step, "test")
+    return rows + more, {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer
+
+
+@pytest.mark.parametrize("kind", ["gpt", "lstm"])
+def test_the_captured_updates_train_bit_for_bit_as_the_compiled_path(kind: str) -> None:
+    """On a CPU `CapturedUpdates` runs what it would record (gradients zeroed in place, L3, backward, AdamW) with its
+    warm-up before each new bucket shape, and then puts the parameters, AdamW's state and the RNG back: with dropout
+    on, two epochs give the curves and every weight of the compiled path (its dynamo-traced loss, the same batches
+    and buckets) bit for bit, so the warm-up leaves no trace and the shared gradients start from zero each update."""
+    data = part_for("mnli", 20)
+    compiled_curves, compiled_weights, _ = train_two_epochs(True, data, kind)
+    curves, weights, trainer = train_two_epochs("capture", data, kind)
+    fast = trainer.fast
+    assert isinstance(fast, CapturedUpdates) and fast.records == (kind == "gpt")
+    assert curves == compiled_curves
+    for name, value in compiled_weights.items():
+        assert torch.equal(weights[name], value), name
+    if kind == "gpt":  # several bucket shapes, each recorded once; the last, smaller batch is not recorded
+        assert len(fast.recorded) >= 2 and all(key[0][0] == RECIPE.batch_size for key in fast.recorded)
+    else:
+        assert not fast.recorded
+    trainer.fast.close()
+    assert not fast.recorded and all(p.grad is None for p in fast.params)
+
+
+def test_the_warm_up_before_a_capture_leaves_no_trace() -> None:
+    """Without warm-up updates and with five, the same curves and weights: the state put back is the state before."""
+    data = part_for("mnli", 20)
+    none_curves, none_weights, _ = train_two_epochs("capture", data, warmup=0)
+    curves, weights, _ = train_two_epochs("capture", data, warmup=5)
+    assert curves == none_curves
+    assert all(torch.equal(weights[k], v) for k, v in none_weights.items())
+
+
+@pytest.mark.parametrize("graphs", [False, True, "capture"])
+def test_every_fine_tuning_forward_takes_fine_tunings_attention_kernels(graphs: bool | str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each loop's training forwards, the epoch's last smaller batch and `predict` run inside
+    attention_kernels(device, varying=True), the order whose dropout is p (on a CPU it is empty: nothing changes)."""
+    import contextlib
+
+    from gpt1.training import finetune_loop
+
+    calls: list[tuple[str, bool]] = []
+
+    def recorded(device: torch.device, varying: bool = False) -> contextlib.AbstractContextManager:
+        calls.append((device.type, varying))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(finetune_loop, "attention_kernels", recorded)
+    data = part_for("mnli", 20)  # batches of 8: two full, one of 4
+    Trainer(model_for("mnli"), RECIPE, data, 0, graphs=graphs).epoch(0, 0, "test")
+    # one an update; the captured path's warm-up before each new shape adds its own
+    assert set(calls) == {("cpu", True)} and (len(calls) == 3) == (graphs != "capture") and len(calls) >= 3
+    calls.clear()
+    finetune_loop.predict(model_for("mnli"), data, 16)
+    assert calls == [("cpu", True)] * 2
 
 
 def test_the_fast_loop_stops_on_a_loss_that_is_not_finite() -> None:
@@ -164,9 +242,12 @@ def test_section_e2_rehearses_on_the_cpu(tmp_path: Path, monkeypatch: pytest.Mon
     assert list(updates) == ["mnli", "fixed", "qqp", "race"]
     for shape in updates.values():
         assert shape["today_ms"] > 0 and shape["graphs_ms"] > 0 and shape["bucket"] >= shape["length"]
+        assert shape["capture_ms"] > 0 and shape["capture_warmup_s"] > 0
         assert len(shape["epochs_ms"]["today"]) == len(shape["epochs_ms"]["graphs"]) == 2
+        assert len(shape["epochs_ms"]["capture"]) == 2
     assert record["data"]["counters"]["graph_breaks"] == 0, record["data"]["counters"]
     assert "no GPU's figures" in record["summary"] and "| mnli | 8 |" in record["markdown"]
+    assert "captured whole" in record["summary"] and record["data"]["capture_fit"]["update_ms"] > 0
 
 
 def test_the_section_counts_only_its_own_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:

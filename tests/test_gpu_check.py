@@ -129,12 +129,14 @@ def test_dropout_rehearsal_measures_the_math_backends_rate_within_its_standard_e
     record = json.loads((out / "results.json").read_text())["sections"]["dropout"]
     assert record["status"] == "ok" and record["data"]["training_step"]["ran"] == ["math"]
     attention = {r["backend"]: r for r in record["data"]["attention"]}
-    assert set(attention) == {"flash", "efficient", "cudnn", "math", "as trained"}
-    for found in (attention["math"], attention["as trained"], *record["data"]["other"]):
+    assert set(attention) == {"flash", "efficient", "cudnn", "math", "as trained", "as fine-tuned (math)"}
+    for found in (attention["math"], attention["as trained"], attention["as fine-tuned (math)"],
+                  *record["data"]["other"]):
         assert found["p"] == 0.1 and found["within_3se"], found
         assert abs(found["measured"] - 0.1) < 3 * found["se"] and found["se"] < 0.001
     assert abs(attention["math"]["scale_p"] - 0.1) < 1e-3  # kept weights scaled by 1/(1-p)
     assert "174245" in record["data"]["note"] and "| math | 0.1 |" in record["markdown"]
+    assert f"as fine-tuned (math) {attention['as fine-tuned (math)']['measured']:.4f} ± " in record["summary"]
 
 
 def test_host_probe_runs_the_modes_its_scripts_offer(tmp_path: Path) -> None:
@@ -487,6 +489,10 @@ def test_dag_rehearsal_runs_the_whole_dag_through_snakemake_with_the_data_stages
     runs = data["mlflow"]["runs"]
     assert {"pretrain-gpt", "pretrain-lstm", "finetune", "zeroshot", "report"} <= set(runs)
     assert {s for statuses in runs.values() for s in statuses} == {"FINISHED"} and len(runs["finetune"]) == 4
+    times = data["mlflow"]["times"]  # where a job's time went: its training within the job, the job within the run
+    assert set(times) == set(runs) and times["finetune"]["runs"] == 4
+    assert 0 < times["finetune"]["train_s"] <= times["finetune"]["wall_s"] and times["finetune"]["run_s"] > 0
+    assert "where a job's time went" in record["markdown"] and "finetune (4 runs): run " in record["markdown"]
 
     with tarfile.open(out / "dag.tar.gz") as tar:
         names = set(tar.getnames())

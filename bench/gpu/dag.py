@@ -231,15 +231,45 @@ def dvc_status(repo: Path, env: dict[str, str]) -> dict[str, Any] | str:
 
 
 def mlflow_summary(repo: Path) -> dict[str, Any]:
-    """The checkout's MLflow runs: count by status, and each stage's statuses (gpu/stages.py's reader)."""
+    """The checkout's MLflow runs: count by status, each stage's statuses (gpu/stages.py's reader), and where its
+    finished runs' time went (`run_times`)."""
     from bench.gpu.stages import mlflow_runs
 
     store = repo / "mlflow.db"
     if not store.is_file():
-        return {"runs": {}, "by_status": {}, "registered_versions": 0}
+        return {"runs": {}, "by_status": {}, "registered_versions": 0, "times": {}}
     found = mlflow_runs(store)
     statuses = collections.Counter(s for runs in found["runs"].values() for s in runs)
-    return {"runs": found["runs"], "by_status": dict(statuses), "registered_versions": found["registered_versions"]}
+    return {"runs": found["runs"], "by_status": dict(statuses), "registered_versions": found["registered_versions"],
+            "times": run_times(store)}
+
+
+def run_times(store: Path) -> dict[str, dict[str, Any]]:
+    """Stage -> medians over its finished runs in the sqlite store: the run's open span (`run_s`: MLflow's start to
+    end, from after the job loaded its inputs to its last log), the job's own `wall_seconds` (inputs loaded, trained,
+    evaluated) and its training (`train_s`, tokens over tokens per second, where the stage logs them). Beside a
+    rule's Snakemake wall, what is left is the process's start: interpreter, imports, the device, the checks."""
+    import statistics
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("gpt1")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
+    spans: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        if run.info.status != "FINISHED" or run.info.end_time is None:
+            continue
+        metrics = run.data.metrics
+        found = spans.setdefault(run.data.tags.get("gpt1.stage", "?"), {"run_s": [], "wall_s": [], "train_s": []})
+        found["run_s"].append((run.info.end_time - run.info.start_time) / 1e3)
+        if "wall_seconds" in metrics:
+            found["wall_s"].append(metrics["wall_seconds"])
+        if metrics.get("tokens_per_second") and "tokens" in metrics:
+            found["train_s"].append(metrics["tokens"] / metrics["tokens_per_second"])
+    return {stage: {"runs": len(found["run_s"]),
+                    **{k: round(statistics.median(v), 1) if v else None for k, v in found.items()}}
+            for stage, found in sorted(spans.items())}
 
 
 def without_weights(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -319,6 +349,15 @@ def summary(data: dict[str, Any]) -> str:
                                                                  or "none"))
 
 
+def times_text(mlflow: dict[str, Any]) -> str:
+    """`run_times` in a line: per stage, its runs' median open span, the job's own wall and its training."""
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} s"
+
+    return "; ".join(f"{stage} ({t['runs']} runs): run {seconds(t['run_s'])}, job {seconds(t['wall_s'])}, "
+                     f"training {seconds(t['train_s'])}" for stage, t in mlflow.get("times", {}).items()) or "none"
+
+
 def markdown(data: dict[str, Any]) -> str:
     rows = [[rule, r["jobs"], f"{r['seconds']:.0f}", r["from"], r["to"]] for rule, r in data["rules"].items()]
     table = md_table(["rule", "jobs", "wall s (sum over jobs)", "from", "to"], rows)
@@ -332,6 +371,7 @@ def markdown(data: dict[str, Any]) -> str:
              f"dvc status: {json.dumps(data['dvc_status'])[:300]}",
              f"MLflow runs by stage: {data['mlflow']['runs']}; registered model versions: "
              f"{data['mlflow']['registered_versions']}",
+             f"where a job's time went (medians over a stage's finished runs): {times_text(data['mlflow'])}",
              f"OUT/{DAG_TAR}: {data['archive_bytes']:,} bytes (tables, metrics.json, logs, dvc.lock, params.yaml, "
              f"Snakemake's log, pipeline_times.md)"]
     return table + "\n\n" + "\n".join(f"- {n}" for n in notes)

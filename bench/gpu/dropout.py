@@ -2,7 +2,8 @@
 
 1. Which scaled_dot_product_attention backend runs in a training step as pre-training takes it (the model compiled,
    bf16 autocast, gpt1.training.runtime.attention_kernels' order): torch.profiler's op and kernel names of one compiled
-   forward and backward of a one-block GPT at the paper's width (768, 12 heads, context 512).
+   forward and backward of a one-block GPT at the paper's width (768, 12 heads, context 512); and the call as
+   fine-tuning makes it (attention_kernels' fine-tuning order), its backend and rate.
 2. Each backend's effective attention-dropout rate, read from its outputs: with q = k = 0 every causal attention row
    is uniform, 1/(i+1), and with v[j] = e_j (the j-th unit vector, j < head dim) the output's element (i, d) IS the
    dropped-out weight of key d for query i: 0 where dropped, 1/((i+1)(1-p)) where kept. Zeros over all revealed
@@ -171,6 +172,20 @@ def as_trained(ctx: Context, device: torch.device) -> dict[str, Any]:
     return {"backend": "as trained", **found}
 
 
+def as_fine_tuned(ctx: Context, device: torch.device) -> dict[str, Any]:
+    """The call as fine-tuning makes it (gpt1.training.finetune_loop): under autocast and attention_kernels'
+    fine-tuning order (`varying`), eager as the captured update records it; the backend it ran, named by the op
+    torch.profiler records for one call."""
+    dtype = trained(device)[0]
+    inputs = dtype or torch.float32
+    with autocast(device, dtype), attention_kernels(device, varying=True):
+        found = attention_rate(sdpa, SHAPE[ctx.device], device, inputs, DRAWS[ctx.device])
+        found["ms_fwd_bwd"] = step_ms(sdpa, SHAPE[ctx.device], device, inputs)
+        q, k, v = revealing_inputs(SHAPE[ctx.device], device, inputs)
+        ran, _ = ran_ops(lambda: sdpa(q, k, v).sum().backward(), device)
+    return {"backend": f"as fine-tuned ({'+'.join(ran)})", **found}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Which backend a training step runs
 
@@ -195,6 +210,12 @@ def profiled_step(ctx: Context, device: torch.device) -> dict[str, Any]:
 
     for _ in range(2):
         step()
+    ran, names = ran_ops(step, device)
+    return {"ran": ran, "names": names, "compiled": compiled, "autocast": str(dtype)}
+
+
+def ran_ops(step: Callable[[], None], device: torch.device) -> tuple[list[str], list[str]]:
+    """One profiled `step`: (the backends its attention ops name, those ops' and kernels' names)."""
     sync(device)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -204,8 +225,7 @@ def profiled_step(ctx: Context, device: torch.device) -> dict[str, Any]:
         sync(device)
     names = sorted({e.key for e in prof.key_averages() if "scaled_dot_product" in e.key or KERNEL_NAMES.search(e.key)})
     ran = [name for name, op in OPS.items() if any(op in n for n in names)]
-    return {"ran": ran or ["math (no fused attention op)"], "names": [n[:160] for n in names][:30],
-            "compiled": compiled, "autocast": str(dtype)}
+    return ran or ["math (no fused attention op)"], [n[:160] for n in names][:30]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -258,9 +278,11 @@ def summary(step: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     measured = [r for r in rows if "refused" not in r]
     off = [f"{r['backend']} {r['measured']:.4f}" for r in measured if not r["within_3se"]]
     trained_rate = next(r for r in rows if r["backend"] == "as trained")
+    tuned = next((r for r in measured if r["backend"].startswith("as fine-tuned")), None)
+    tuned_text = f"; {tuned['backend']} {tuned['measured']:.4f} ± {tuned['se']:.4f}" if tuned else ""
     return (f"training runs {'+'.join(step['ran'])}; as trained p=0.1 measured {trained_rate['measured']:.4f} "
-            f"± {trained_rate['se']:.4f}; " + (f"OFF by > 3 SE: {', '.join(off)}" if off else
-                                               f"all {len(measured)} within 3 SE"))
+            f"± {trained_rate['se']:.4f}{tuned_text}; " + (f"OFF by > 3 SE: {', '.join(off)}" if off else
+                                                           f"all {len(measured)} within 3 SE"))
 
 
 def run(ctx: Context) -> None:
@@ -276,6 +298,7 @@ def run(ctx: Context) -> None:
         rows.append(one_backend(name, ctx, device, dtype))
         record.update(attention=rows)
     rows.append(as_trained(ctx, device))
+    rows.append(as_fine_tuned(ctx, device))
     record.update(attention=rows, note=PR_NOTE)
     others = other_dropouts(ctx, device)
     record.update(other=others)

@@ -8,9 +8,11 @@ bench/gpu_budget.py then divides by (with the peak of section a and pre-training
 the gpu profile's GPU-hours, each figure marked measured or assumed.
 
 Section e measures the eager loop (`Trainer(graphs=False)`), the one every update ran before the CUDA fast path;
-section e2 (`run_graphs`) measures that loop and the fast path (`gpt1.training.finetune_loop.GraphedUpdates`: bucketed
-shapes, CUDA graphs, capturable fused AdamW, no host sync per update) interleaved at the same shapes, and the
-GPU-hours again from the fast path's speed.
+section e2 (`run_graphs`) measures that loop and the two fast paths interleaved at the same shapes: the one
+`finetune.cuda_graphs: auto` takes (`gpt1.training.finetune_loop.GraphedUpdates`: bucketed shapes, the loss through
+torch.compile's CUDA graphs, capturable fused AdamW, no host sync per update) and `capture`'s (`CapturedUpdates`:
+each bucket's whole update, AdamW included, recorded by torch.cuda.graph without a compiler), each with its set-up
+time at a job's start, and the GPU-hours again from the compiled path's speed.
 
 On the CPU: the tiny model and tiny shapes, the same code; the figures are no GPU's."""
 
@@ -257,14 +259,16 @@ def graph_shape(ctx: Context, cfg: GPTConfig, finetune: dict[str, Any], task: st
     batches = BATCHES[ctx.device]
     data = part(recipe_task(task), examples * batches, sequences, length, cfg.vocab_size)
     makers = {"today": lambda: Trainer(model, recipe, data, seed=0, graphs=False),
-              "graphs": lambda: Trainer(model, recipe, data, seed=0, graphs=True)}
+              "graphs": lambda: Trainer(model, recipe, data, seed=0, graphs=True),
+              "capture": lambda: Trainer(model, recipe, data, seed=0, graphs="capture")}
     found = compare_shape(makers, ROUNDS[ctx.device], device, examples * sequences * length <= TOGETHER_TOKENS)
     ms = {name: statistics.median(times) for name, times in found["epochs_ms"].items()}
     return {"examples": examples, "sequences": sequences, "length": length,
             "bucket": bucket_length(length, cfg.n_ctx), "tflop": flops_per_update(cfg, examples, sequences, length,
                                                                                   recipe.lm_weight) / 1e12,
-            "today_ms": ms["today"], "graphs_ms": ms["graphs"],
-            "graphs_warmup_s": found["warmup_ms"]["graphs"] * batches / 1e3, **found}
+            "today_ms": ms["today"], "graphs_ms": ms["graphs"], "capture_ms": ms["capture"],
+            "graphs_warmup_s": found["warmup_ms"]["graphs"] * batches / 1e3,
+            "capture_warmup_s": found["warmup_ms"]["capture"] * batches / 1e3, **found}
 
 
 def dynamo_snapshot() -> dict[str, Any]:
@@ -311,9 +315,10 @@ def measure_graphs(ctx: Context, record: Record, deadline: float) -> None:
         write_up(ctx, record, found)
 
 
-def graphs_fit(found: dict[str, Any], peak: float) -> dict[str, float] | None:
-    """`fit` on the fast path's times (None without the near-empty update and one other shape)."""
-    done = {t: {"ms": x["graphs_ms"], "tflop": x["tflop"]} for t, x in found.items() if "graphs_ms" in x}
+def graphs_fit(found: dict[str, Any], peak: float, path: str = "graphs") -> dict[str, float] | None:
+    """`fit` on a fast path's times (`graphs`: the compiled one, `capture`: the recorded one); None without the
+    near-empty update and one other shape."""
+    done = {t: {"ms": x[f"{path}_ms"], "tflop": x["tflop"]} for t, x in found.items() if f"{path}_ms" in x}
     return fit(done, peak) if "fixed" in done and len(done) > 1 else None
 
 
@@ -333,10 +338,12 @@ def graphs_table(found: dict[str, Any], peak: float) -> str:
             continue
         rows.append([task, x["examples"], f"{x['sequences']} x {x['length']} -> {x['bucket']}", f"{x['tflop']:.3f}",
                      f"{x['today_ms']:.1f}", f"{x['graphs_ms']:.1f}", f"{x['today_ms'] / x['graphs_ms']:.2f}x",
-                     f"MFU {x['tflop'] / max(x['graphs_ms'] / 1e3, 1e-9) / peak:.1%}; compile+capture "
-                     f"{x['graphs_warmup_s']:.0f} s; {x['order']}"])
+                     f"{x['capture_ms']:.1f}", f"{x['today_ms'] / x['capture_ms']:.2f}x",
+                     f"MFU {x['tflop'] / max(x['graphs_ms'] / 1e3, 1e-9) / peak:.1%} compiled, "
+                     f"{x['tflop'] / max(x['capture_ms'] / 1e3, 1e-9) / peak:.1%} captured; compile+capture "
+                     f"{x['graphs_warmup_s']:.0f} s, warm-up+capture {x['capture_warmup_s']:.1f} s; {x['order']}"])
     return md_table(["shape", "examples", "sequences x tokens -> bucket", "TFLOP", "eager ms/update",
-                     "graphs ms/update", "speed-up", "notes"], rows)
+                     "compiled graphs ms/update", "speed-up", "captured update ms", "speed-up", "notes"], rows)
 
 
 def run_graphs(ctx: Context) -> None:
@@ -374,7 +381,13 @@ def write_up(ctx: Context, record: Record, found: dict[str, Any]) -> None:
     mnli = found.get("mnli", {})
     head = (f"MNLI {mnli['today_ms']:.1f} -> {mnli['graphs_ms']:.1f} ms/update" if "graphs_ms" in mnli
             else f"MNLI {next(iter(mnli.values()), 'not measured')}")
+    captured = graphs_fit(found, peak, "capture")
+    record.update(capture_fit=captured)
     fixed = f", fixed cost {fitted['update_ms']:.1f} ms" if fitted else ""
+    if captured:
+        fixed += f" (captured whole: {captured['update_ms']:.1f} ms)"
+    if "capture_ms" in mnli:
+        head += f" (captured whole: {mnli['capture_ms']:.1f})"
     summary = (f"{head}{fixed}; gpu profile {hours} GPU-hours" +
                ("" if gpu else " (CPU rehearsal: no GPU's figures, assumed speeds)"))
     markdown = (f"{graphs_table(found, peak)}\n\npython -m bench.gpu_budget --profile gpu --measured (fast path):"

@@ -8,11 +8,13 @@ and each update adds a row to the curves (step, epoch, lr, L3, L2, L1). Given a 
 slice `taskdata.carve_selection` takes from its training cut), the weights of the epoch scoring best on it are kept.
 `predict` and `score` give a model's outputs and metrics on a part, in its order.
 
-On CUDA (finetune.cuda_graphs, default auto: CUDA only; `uses_graphs`), the same loop without its fixed cost per
+On CUDA (finetune.cuda_graphs, default auto: CUDA only; `fast_path`), the same loop without its fixed cost per
 update (`GraphedUpdates`): batches padded to a bounded set of lengths (`bucket_length`), the loss
 (`heads.static_losses`) through torch.compile's CUDA graphs, a capturable fused AdamW whose lr is a device tensor
-the schedule fills, and the losses kept on the device until the epoch's curves are written. On the CPU the loop is
-the one it always was, bit for bit.
+the schedule fills, and the losses kept on the device until the epoch's curves are written. finetune.cuda_graphs:
+capture takes the same batches through `CapturedUpdates` instead: each bucket's whole update (forward, backward,
+AdamW) recorded as one CUDA graph by torch.cuda.graph, with no compiler. On the CPU the loop is the one it always
+was, bit for bit.
 
 It reads no params.yaml (`Recipe.from_section` takes the profile's finetune section), writes no file and opens no
 MLflow run: `gpt1.training.finetuning` runs a job's training through it.
@@ -20,6 +22,8 @@ MLflow run: `gpt1.training.finetuning` runs a job's training through it.
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import copy
 import math
 import time
@@ -38,7 +42,7 @@ from gpt1.evaluation import metrics as metric_lib
 from gpt1.modeling.heads import Batch, Decoded, FinetuneModel, collate, compute_losses, decode, static_losses
 from gpt1.modeling.model import GPT
 from gpt1.pipeline.errors import FinetuneError
-from gpt1.training.runtime import adamw, autocast, resolve_compile, resolve_precision
+from gpt1.training.runtime import adamw, attention_kernels, autocast, resolve_compile, resolve_precision
 
 # Adam's moments as in the paper's pre-training and OpenAI's fine-tuning code (params.yaml has no finetune keys).
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
@@ -109,7 +113,7 @@ def predict(model: FinetuneModel, part: Part, batch_size: int, precision: str = 
     rows: dict[int, np.ndarray] = {}
     device = next(model.parameters()).device
     for chosen, batch in batches(part, chunks(order, batch_size), model.regression):
-        with autocast(device, resolve_precision(precision, device)):
+        with autocast(device, resolve_precision(precision, device)), attention_kernels(device, varying=True):
             outputs = model(batch.to(device))
         for i, row in zip(chosen, outputs.float().cpu().numpy(), strict=True):
             rows[i] = row
@@ -153,10 +157,13 @@ class Trained:
     selection: dict[str, Any] | None
 
 
-def uses_graphs(setting: bool | str, device: torch.device) -> bool:
-    """Whether a job trains through `GraphedUpdates`: finetune.cuda_graphs (auto: on CUDA only, so that a CPU run
-    keeps its bits)."""
-    return resolve_compile(setting, device)
+def fast_path(setting: bool | str, device: torch.device) -> str | None:
+    """The fast path a job trains through, by finetune.cuda_graphs: `compile` (`GraphedUpdates`) for auto on CUDA
+    and for true anywhere, `capture` (`CapturedUpdates`) for capture anywhere, None (the plain loop) for false and for
+    auto on a CPU, so that a CPU run keeps its bits. Forced on a CPU, a fast path runs its steps without graphs."""
+    if setting == "capture":
+        return "capture"
+    return "compile" if resolve_compile(setting, device) else None
 
 
 def _curve_row(step: int, epoch: int, lr: float, loss: float, clf: float, lm: float) -> dict[str, float]:
@@ -172,7 +179,8 @@ def _check_finite(step: int, loss: float) -> None:
 
 class Trainer:
     """The fine-tuning loop: shuffled (optionally length-grouped) batches per epoch, AdamW + warm-up/linear decay, L3
-    per update; on CUDA by default through `GraphedUpdates` (`graphs`: True, False or auto, see `uses_graphs`)."""
+    per update; on CUDA by default through `GraphedUpdates` (`graphs`: True, False, auto or capture, see
+    `fast_path`)."""
 
     def __init__(self, model: FinetuneModel, recipe: Recipe, train: Part, seed: int,
                  log: Callable[[list[dict[str, float]]], None] | None = None, graphs: bool | str = "auto") -> None:
@@ -181,7 +189,8 @@ class Trainer:
         self.total = recipe.epochs * self.steps_per_epoch
         self.warmup = round(recipe.warmup_fraction * self.total)
         self.device = next(model.parameters()).device
-        self.fast = GraphedUpdates(model, recipe, self.device) if uses_graphs(graphs, self.device) else None
+        path = fast_path(graphs, self.device)
+        self.fast = None if path is None else FAST_PATHS[path](model, recipe, self.device)
         if self.fast is not None:
             self.optimizer, self.scheduler = self.fast.optimizer, None  # the fast path sets its lr tensor itself
         else:
@@ -208,7 +217,8 @@ class Trainer:
             tick = time.perf_counter()
             batch = cpu_batch.to(self.device)
             lr = self.scheduler.get_last_lr()[0]
-            with autocast(self.device, resolve_precision(self.recipe.precision, self.device)):
+            with (autocast(self.device, resolve_precision(self.recipe.precision, self.device)),
+                  attention_kernels(self.device, varying=True)):
                 losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
             _check_finite(step + 1, losses.total.item())
             losses.total.backward()
@@ -297,7 +307,38 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return Batch(tokens, lengths, labels, batch.per_example)
 
 
-class GraphedUpdates:
+class FastUpdates(abc.ABC):
+    """What both fast paths share: the autocast dtype, a fused AdamW over every parameter, capturable on CUDA, whose
+    lr is a device tensor filled in place (a kernel, no sync), and nothing read back per update. `update` runs one
+    update and copies its L3, L2 and L1 into a device tensor; `close` frees what the path holds once training ends."""
+
+    def __init__(self, model: FinetuneModel, recipe: Recipe, device: torch.device) -> None:
+        self.model, self.recipe, self.device = model, recipe, device
+        self.dtype = resolve_precision(recipe.precision, device)
+        self.lr = torch.tensor(recipe.lr, dtype=torch.float32, device=device)
+        self.optimizer = adamw(model.param_groups(recipe.weight_decay), device, lr=self.lr, betas=ADAM_BETAS,
+                               eps=ADAM_EPS, capturable=device.type == "cuda")
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"].fill_(lr)  # the groups may share the one tensor
+
+    def eager_losses(self, batch: Batch, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L3, L2, L1 of a batch of any shape (an epoch's last, smaller batch), without a graph."""
+        with autocast(self.device, self.dtype, cache), attention_kernels(self.device, varying=True):
+            losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
+        return losses.total, losses.clf, losses.lm
+
+    @abc.abstractmethod
+    def update(self, cpu_batch: Batch, lr: float, into: torch.Tensor, full: bool) -> None:
+        """One update at rate `lr` (`full`: a batch of the batch size); its L3, L2 and L1 copied into `into`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Free what the path holds (graphs, compiled code, their memory) once training ends."""
+
+
+class GraphedUpdates(FastUpdates):
     """Fine-tuning updates without their fixed cost (eager, an update of the paper's model paid ~30 ms of kernel
     launches, host syncs and optimizer work whatever its size): the loss compiled (`static_losses`; on CUDA
     Inductor's kernels replayed as CUDA graphs, one recorded per bucket length), a fused AdamW over every parameter
@@ -307,11 +348,7 @@ class GraphedUpdates:
     kernels, cuDNN's recurrence among them): it keeps the rest, the updates without a host sync."""
 
     def __init__(self, model: FinetuneModel, recipe: Recipe, device: torch.device) -> None:
-        self.model, self.recipe, self.device = model, recipe, device
-        self.dtype = resolve_precision(recipe.precision, device)
-        self.lr = torch.tensor(recipe.lr, dtype=torch.float32, device=device)
-        self.optimizer = adamw(model.param_groups(recipe.weight_decay), device, lr=self.lr, betas=ADAM_BETAS,
-                               eps=ADAM_EPS, capturable=device.type == "cuda")
+        super().__init__(model, recipe, device)
         compiled = isinstance(model.lm, GPT)
         self.losses = torch.compile(self.graph_losses, **compile_options(device)) if compiled else self.graph_losses
         self.cudagraphs = compiled and device.type == "cuda"
@@ -324,19 +361,17 @@ class GraphedUpdates:
 
     def update(self, cpu_batch: Batch, lr: float, into: torch.Tensor, full: bool) -> None:
         """One update at rate `lr`; its L3, L2 and L1 copied into `into` on the device."""
-        for group in self.optimizer.param_groups:
-            group["lr"].fill_(lr)  # a kernel, no sync (the groups may share the one tensor)
+        self.set_lr(lr)
         batch = to_device(cpu_batch, self.device)
         if full:
             if self.cudagraphs:
                 torch.compiler.cudagraph_mark_step_begin()
             # One compile for every bucket length (dynamic), then one CUDA graph recorded per length
             torch._dynamo.maybe_mark_dynamic(batch.tokens, 1)
-            total, clf, lm = self.losses(batch.tokens, batch.lengths, batch.labels, batch.per_example)
+            with attention_kernels(self.device, varying=True):  # traced with the kernels it selects
+                total, clf, lm = self.losses(batch.tokens, batch.lengths, batch.labels, batch.per_example)
         else:
-            with autocast(self.device, self.dtype):
-                losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
-            total, clf, lm = losses.total, losses.clf, losses.lm
+            total, clf, lm = self.eager_losses(batch)
         # Copied before the backward: a graph's outputs are overwritten when it replays next
         into.copy_(torch.stack((total.detach(), clf.detach(), lm.detach())))
         total.backward()
@@ -350,11 +385,143 @@ class GraphedUpdates:
         torch._dynamo.reset()
 
 
+# Eager updates on a side stream before an update is recorded (torch.cuda.graph's recipe: lazy initialisation, cuBLAS
+# and cuDNN workspaces and the optimizer's state all happen before the capture, not in it)
+CAPTURE_WARMUP_UPDATES = 3
+
+
+@dataclass
+class Recorded:
+    """One batch shape's update as recorded: its inputs' fixed tensors, the replay, and where its L3, L2, L1 land."""
+    inputs: Batch
+    replay: Callable[[], None]
+    losses: torch.Tensor
+
+
+class CapturedUpdates(FastUpdates):
+    """Fine-tuning updates recorded whole, without a compiler (finetune.cuda_graphs: capture): per bucket shape, the
+    forward, the backward and the fused AdamW step in one CUDA graph (`torch.cuda.graph`), replayed after the batch
+    is copied into its fixed input tensors. Against `GraphedUpdates`: no Inductor compile (tens of seconds a job
+    at the paper's size), a few eager updates and a capture per shape instead, and one launch an update, the
+    optimizer's included; the kernels are eager ones (unfused).
+
+    What a replay may touch must keep its address: the parameters and AdamW's state (updated in place), one set of
+    gradients shared by every shape (zeroed and accumulated into inside the graph), the lr tensor. The shapes'
+    graphs share one memory pool and replay in any order: nothing allocated inside a capture is read after its
+    replay (the losses and the gradients live outside it). The warm-up
+    updates before a capture really train, so the parameters, AdamW's state and the RNG are put back after them:
+    training sees every batch once. The LSTM's updates are not recorded (cuDNN's recurrence under capture is not
+    relied on): they, and an epoch's last smaller batch, run the same steps eagerly. On a CPU (a test) nothing is
+    recorded and a replay runs the steps eagerly, warm-up and restore included."""
+
+    def __init__(self, model: FinetuneModel, recipe: Recipe, device: torch.device,
+                 warmup: int = CAPTURE_WARMUP_UPDATES) -> None:
+        super().__init__(model, recipe, device)
+        self.warmup, self.cuda = warmup, device.type == "cuda"
+        if self.cuda and warmup < 1:  # AdamW would make its state inside the capture: each replay would reset it
+            raise ValueError(f"warmup={warmup}: a capture needs at least one warm-up update before it")
+        self.records = isinstance(model.lm, GPT)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        for p in self.params:  # the gradients every graph accumulates into
+            p.grad = torch.zeros_like(p)
+        self.grads = [p.grad for p in self.params]
+        self.recorded: dict[tuple[Any, ...], Recorded] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None  # one memory pool for every shape's graph
+
+    def step(self, batch: Batch, into: torch.Tensor, full: bool) -> None:
+        """One update's work, as recorded and as run eagerly: gradients zeroed, L3 (its parts copied into `into`
+        before the backward), backward, AdamW."""
+        for param, grad in zip(self.params, self.grads, strict=True):
+            param.grad = grad  # again: whoever set it to None (another loop on the same model) must not move it
+        torch._foreach_zero_(self.grads)
+        if full:
+            with autocast(self.device, self.dtype, cache=False), attention_kernels(self.device, varying=True):
+                losses = static_losses(self.model, batch, self.recipe.lm_weight)
+            total, clf, lm = losses.total, losses.clf, losses.lm
+        else:
+            total, clf, lm = self.eager_losses(batch, cache=False)
+        into.copy_(torch.stack((total.detach(), clf.detach(), lm.detach())))
+        total.backward()
+        self.optimizer.step()
+
+    def state(self) -> list[torch.Tensor]:
+        """Every tensor an update changes but the gradients: the parameters and AdamW's state."""
+        return [*self.params, *(t for s in self.optimizer.state.values() for t in s.values()
+                                if isinstance(t, torch.Tensor))]
+
+    def warm_up(self, inputs: Batch, losses: torch.Tensor) -> None:
+        """`self.warmup` updates on `inputs` (on a side stream on CUDA), then the parameters, AdamW's state and the
+        RNG as before them; AdamW's state made by them is zeroed, as a first step finds it."""
+        kept = self.state()
+        before = [t.detach().clone() for t in kept]
+        side = torch.cuda.Stream(self.device) if self.cuda else None
+        with torch.random.fork_rng(devices=[self.device] if self.cuda else []):
+            if side is not None:
+                side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                for _ in range(self.warmup):
+                    self.step(inputs, losses, full=True)
+            if side is not None:
+                torch.cuda.current_stream(self.device).wait_stream(side)
+        existed = set(map(id, kept))
+        with torch.no_grad():
+            for tensor, value in zip(kept, before, strict=True):
+                tensor.copy_(value)
+            for tensor in self.state():
+                if id(tensor) not in existed:
+                    tensor.zero_()
+
+    def record(self, batch: Batch) -> Recorded:
+        """`batch`'s shape recorded: its fixed inputs (a copy of `batch`), the warm-up, then the capture."""
+        inputs = Batch(batch.tokens.clone(), batch.lengths.clone(), batch.labels.clone(), batch.per_example)
+        losses = torch.zeros(3, device=self.device)
+        self.warm_up(inputs, losses)
+        if not self.cuda:
+            return Recorded(inputs, lambda: self.step(inputs, losses, full=True), losses)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            self.step(inputs, losses, full=True)
+        return Recorded(inputs, graph.replay, losses)
+
+    def update(self, cpu_batch: Batch, lr: float, into: torch.Tensor, full: bool) -> None:
+        """One update at rate `lr`; its L3, L2 and L1 copied into `into` on the device."""
+        self.set_lr(lr)
+        batch = to_device(cpu_batch, self.device)
+        if not (full and self.records):
+            self.step(batch, into, full)
+            return
+        key = (tuple(batch.tokens.shape), tuple(batch.labels.shape), batch.labels.dtype, batch.per_example)
+        if key not in self.recorded:
+            self.recorded[key] = self.record(batch)
+        recorded = self.recorded[key]
+        for fixed, now in zip((recorded.inputs.tokens, recorded.inputs.lengths, recorded.inputs.labels),
+                              (batch.tokens, batch.lengths, batch.labels), strict=True):
+            fixed.copy_(now)
+        recorded.replay()
+        into.copy_(recorded.losses)  # before the next replay overwrites them
+
+    def close(self) -> None:
+        """Free the graphs, their memory pool and the shared gradients once training ends: all graphs together,
+        never one alone (their captures share the capture stream's cuBLAS workspace, which destroying one graph
+        clears under the others: pytorch/pytorch#193402)."""
+        self.recorded.clear()
+        for p in self.params:
+            p.grad = None
+
+
+FAST_PATHS: dict[str, type[FastUpdates]] = {"compile": GraphedUpdates, "capture": CapturedUpdates}
+
+
 __all__ = [
     "ADAM_BETAS",
     "ADAM_EPS",
+    "CAPTURE_WARMUP_UPDATES",
+    "FAST_PATHS",
+    "CapturedUpdates",
+    "FastUpdates",
     "GraphedUpdates",
     "Recipe",
+    "Recorded",
     "Trained",
     "Trainer",
     "batches",
@@ -362,10 +529,10 @@ __all__ = [
     "chunks",
     "compile_options",
     "epoch_batches",
+    "fast_path",
     "linear_lr_factor",
     "longest_sequence",
     "predict",
     "score",
     "to_device",
-    "uses_graphs",
 ]

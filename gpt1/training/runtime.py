@@ -93,10 +93,13 @@ def configure_device(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+def autocast(device: torch.device, dtype: torch.dtype | None, cache: bool = True) -> contextlib.AbstractContextManager:
+    """Mixed precision in `dtype` (None: plain fp32). `cache=False` for work recorded into a CUDA graph: no cast
+    weight kept from a capture (make_graphed_callables requires it; inside torch.cuda.graph it is the cautious
+    choice)."""
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
 def logits_multiple(device: torch.device) -> int:
@@ -108,23 +111,28 @@ def logits_multiple(device: torch.device) -> int:
     return 64 if device.type == "cuda" else 1
 
 
-def attention_backends(device: torch.device) -> list[torch.nn.attention.SDPBackend]:
-    """The scaled_dot_product_attention kernels to try, in order: on CUDA cuDNN first, then memory-efficient, flash
-    and the math fallback; empty on other devices (PyTorch's own choice). Why not flash first: its dropout keeps a
-    weight when an 8-bit random number clears p, so p = 0.1 trains at 26/256 = 0.1016 (measured on an H100,
-    2026-11-27: 0.10152 +- 0.00006 over 25M weights, bench/gpu_check.sh section g), where cuDNN's (0.09987) and the
-    memory-efficient kernel's (0.09995) are p within their error; cuDNN's forward and backward take what flash's
-    take (0.204 against 0.201 ms at the paper's shape), the memory-efficient kernel's 1.8 times that."""
+def attention_backends(device: torch.device, varying: bool = False) -> list[torch.nn.attention.SDPBackend]:
+    """The scaled_dot_product_attention kernels to try, in order; empty on other devices than CUDA (PyTorch's own
+    choice). Flash never comes before the others: its dropout keeps a weight when an 8-bit random number clears p, so
+    p = 0.1 trains at 26/256 = 0.1016 (measured on an H100, 2026-11-27: 0.10152 +- 0.00006 over 25M weights,
+    bench/gpu_check.sh section g), where cuDNN's (0.09987) and the memory-efficient kernel's (0.09995) are p within
+    their error; PyTorch's own order tries flash first. Pre-training (one shape): cuDNN first, whose forward and
+    backward take what flash's take (0.204 against 0.201 ms at the paper's shape), the memory-efficient kernel's 1.8
+    times that. Fine-tuning (`varying`: a shape per batch length, replayed in CUDA graphs): the memory-efficient
+    kernel first, as exact, with no cuDNN plan to build for each new length; attention is a small share of its
+    short sequences' work."""
     if device.type != "cuda":
         return []
     from torch.nn.attention import SDPBackend
 
-    return [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+    cudnn, efficient = SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION
+    return [*((efficient, cudnn) if varying else (cudnn, efficient)), SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 
-def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
-    """On CUDA prefer cuDNN's scaled_dot_product_attention, falling back to the others (`attention_backends`)."""
-    order = attention_backends(device)
+def attention_kernels(device: torch.device, varying: bool = False) -> contextlib.AbstractContextManager:
+    """On CUDA the scaled_dot_product_attention kernels in `attention_backends`' order (pre-training's, or with
+    `varying` fine-tuning's), each falling back to the next."""
+    order = attention_backends(device, varying)
     if not order:
         return contextlib.nullcontext()
     from torch.nn.attention import sdpa_kernel
