@@ -95,7 +95,7 @@ def test_negative_learning_rate():
 
 def test_bad_enum_lists_choices():
     message = error_of(broken(lambda r: r["profiles"]["smoke"]["bpe"].update(pretokenizer="bert")))
-    assert "'bert' is not one of spacy, fast" in message
+    assert "'bert' is not one of spacy, openai, fast" in message
 
 
 def test_overrides_apply_to_the_selected_profile(tmp_path):

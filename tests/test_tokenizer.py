@@ -1,5 +1,6 @@
 """The GPT-1 BPE: the released vocabulary reproduces the original pipeline (spacy) and transformers 5 (fast)."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -32,6 +33,60 @@ def test_spacy_equals_the_original_pipeline_on_every_sample():
     assert len(cases) >= 100 and mismatches == []
 
 
+def openai_text_encoder(folder: Path):
+    """finetune-transformer-lm's `TextEncoder.encode` (OpenAI's code that wrote the released model's inputs),
+    written out again: ftfy, text_standardize and spaCy on the cased text, each token lowercased, then their `bpe()`
+    over the released merges' ranks; a piece missing from the vocabulary is id 0."""
+    import ftfy
+    from spacy.lang.en import English
+
+    encoder = json.loads((folder / "encoder_bpe_40000.json").read_text(encoding="utf-8"))
+    merges = (folder / "vocab_40000.bpe").read_text(encoding="utf-8").split("\n")[1:-1]
+    ranks = {tuple(m.split()): i for i, m in enumerate(merges)}
+    nlp = English().tokenizer
+
+    def bpe(token: str) -> str:
+        word = (*token[:-1], token[-1] + "</w>")
+        while len(word) > 1:
+            pairs = set(itertools.pairwise(word))
+            first, second = min(pairs, key=lambda pair: ranks.get(pair, float("inf")))
+            if (first, second) not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(word):
+                if word[i] == first and i < len(word) - 1 and word[i + 1] == second:
+                    merged.append(first + second)
+                    i += 2
+                else:
+                    merged.append(word[i])
+                    i += 1
+            word = tuple(merged)
+        text = " ".join(word)
+        return "\n</w>" if text == "\n  </w>" else text
+
+    def encode(text: str) -> list[int]:
+        return [encoder.get(piece, 0) for token in nlp(standardize(ftfy.fix_text(text)))
+                for piece in bpe(token.text.lower()).split(" ")]
+
+    return encode
+
+
+@needs_reference
+def test_openai_equals_openais_own_text_encoder_on_every_sample():
+    """The released vocabulary's default pre-tokenisation (`openai`) gives OpenAI's `TextEncoder` ids on every
+    fixture text and on the abbreviations where it parts from transformers 4.x (`spacy`)."""
+    cases = [c["text"] for c in json.loads((FIXTURES / "reference_spacy.json").read_text())["cases"]]
+    theirs, ours = openai_text_encoder(REFERENCE), load_released(REFERENCE)
+    assert ours.pretokenizer == "openai"
+    abbreviations = ["Mr. Darcy met Mrs. Bennet on St. James's street.", "Dr. Watson, Jan. 5th"]
+    mismatches = [t for t in [*cases, *abbreviations] if ours.encode(t) != theirs(t)]
+    assert len(cases) >= 100 and mismatches == []
+    spacy = load_released(REFERENCE, "spacy")
+    assert ours.tokens("Mr. Darcy") == ["mr.</w>", "darcy</w>"] and spacy.tokens("Mr. Darcy") == ["mr</w>", ".</w>",
+                                                                                                 "darcy</w>"]
+    assert all(ours.encode(t) != spacy.encode(t) for t in abbreviations)
+
+
 @needs_reference
 def test_fast_equals_transformers_5_on_every_sample():
     from transformers import OpenAIGPTTokenizer
@@ -58,13 +113,27 @@ def test_standardize_is_the_original_text_standardize():
     assert standardize("one \n\n  two\t three  ") == "one \n two three"
 
 
-@pytest.mark.parametrize("mode", ["spacy", "fast"])
+@pytest.mark.parametrize("mode", ["spacy", "openai", "fast"])
 def test_training_learns_exactly_the_configured_merges(mode):
     tok = train(TEXTS, mode, merges=150, limit_alphabet=100, min_frequency=2)
     assert tok.n_merges == 150
     assert tok.decode(tok.encode("the old garden")) == "the old garden"
     assert tok.vocab_size == tok.base_vocab_size + len(FINETUNE_SPECIALS)
-    assert tok.encode("<unk>") == [0]
+    assert (tok.encode("<unk>") == [0]) == (mode != "openai")  # OpenAI's code gives a literal '<unk>' no meaning
+
+
+@pytest.mark.parametrize("mode", ["spacy", "openai"])
+def test_the_bpe_stage_learns_from_its_workers_what_train_learns(tmp_path, mode):
+    """`train_on_corpus` (the bpe stage: pre-tokenised in worker processes, chunk by chunk) learns the merges that
+    `train` learns from the whole texts, for each spaCy pre-tokeniser."""
+    from gpt1.data.tokenizer import train_on_corpus
+
+    corpus = tmp_path / "train.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    settings = {"pretokenizer": mode, "merges": 120, "limit_alphabet": 100, "min_frequency": 2}
+    staged = train_on_corpus(corpus, settings, chunk_chars=400, workers=2)
+    whole = train(TEXTS, mode, merges=120, limit_alphabet=100, min_frequency=2)
+    assert staged.pretokenizer == mode and staged.fingerprint() == whole.fingerprint()
 
 
 def test_spacy_training_keeps_contractions_and_newlines():
@@ -74,7 +143,7 @@ def test_spacy_training_keeps_contractions_and_newlines():
     assert tok.paragraph_separator() == [tok.backend.token_to_id("\n</w>")]
 
 
-@pytest.mark.parametrize("mode", ["spacy", "fast"])
+@pytest.mark.parametrize("mode", ["spacy", "openai", "fast"])
 def test_chunked_encoding_equals_whole_document(mode):
     tok = train(TEXTS, mode, merges=200, limit_alphabet=100)
     text = TEXTS[0]

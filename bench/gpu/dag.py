@@ -77,7 +77,7 @@ def read_manifest(ctx: Context) -> dict[str, Any] | None:
 def missing_modules(params: dict[str, Any]) -> list[str]:
     """What this Python cannot import of what the DAG needs (the install calls put them in .gpu-site/)."""
     pretokenizer = params["profiles"][params["profile"]]["bpe"]["pretokenizer"]
-    names = (*RUNNERS, *(SPACY if pretokenizer == "spacy" else ()))
+    names = (*RUNNERS, *(SPACY if pretokenizer != "fast" else ()))  # every pre-tokeniser but fast runs spaCy
     return [name for name in names if importlib.util.find_spec(name) is None]
 
 

@@ -1,8 +1,13 @@
 """The GPT-1 BPE: train it with Hugging Face `tokenizers`, load the released one, encode text.
 
-Two pre-tokenisers, chosen in params.yaml (`bpe.pretokenizer`):
-- `spacy`, the paper's: ftfy, the original punctuation/whitespace standardisation, spaCy's blank English
-  tokenizer, lowercase; the words then go through a bare BPE model with the `</w>` end-of-word suffix.
+Three pre-tokenisers, chosen in params.yaml (`bpe.pretokenizer`):
+- `spacy`, the paper's as transformers 4.x's slow `OpenAIGPTTokenizer` runs it: the text lowercased, then ftfy, the
+  original punctuation/whitespace standardisation, spaCy's blank English tokenizer; the words then go through a bare
+  BPE model with the `</w>` end-of-word suffix.
+- `openai`, the paper's as OpenAI's own code runs it (finetune-transformer-lm's `TextEncoder`): ftfy,
+  standardisation and spaCy on the cased text, then each token lowercased. spaCy's exceptions are case-sensitive,
+  so the two part on abbreviations ("Mr." is `mr` `.` under `spacy`, `mr.` here). The released vocabulary loads
+  with it by default (`load_released`): it is how the released model's text was written out.
 - `fast`, all inside `tokenizers`: BERT normaliser (lowercase) and BERT pre-tokeniser, as transformers 5's
   `OpenAIGPTTokenizer` does it. Faster, but differs from the original on contractions, mojibake and decimals.
 """
@@ -29,7 +34,7 @@ UNK = "<unk>"
 SUFFIX = "</w>"
 # Reserved after the BPE vocabulary, never produced from text: the fine-tuning input transformations use them.
 FINETUNE_SPECIALS = ("_start_", "_delimiter_", "_classify_")
-PRETOKENIZERS = ("spacy", "fast")
+PRETOKENIZERS = ("spacy", "openai", "fast")
 
 
 @cache
@@ -49,6 +54,12 @@ def spacy_words(text: str) -> list[str]:
     return ["\n" if w == "\n " else w for w in words]
 
 
+def openai_pieces(text: str) -> list[list[str]]:
+    """The words of `text` as OpenAI's `TextEncoder.encode` makes them: spaCy on the cased text, each token
+    lowercased (`spacy_words`); one piece (their code gives a literal '<unk>' no meaning)."""
+    return [spacy_words(text)]
+
+
 def spacy_pieces(text: str) -> list[list[str]]:
     """Words of the pieces between literal '<unk>' markers, as the reference pipeline (transformers 4.x's
     OpenAIGPTTokenizer) sees them: it lowercases character by character *before* ftfy (so ftfy repairs only
@@ -56,6 +67,10 @@ def spacy_pieces(text: str) -> list[list[str]]:
     the special token '<unk>', which becomes id 0 between the pieces."""
     lowered = "".join(c.lower() for c in text)  # per character: 'ΟΔΟΣ' -> 'οδοσ', not the final-sigma 'οδος'
     return [spacy_words(piece) for piece in lowered.split(UNK)]
+
+
+# The pre-tokenisers that run spaCy: each text's pieces of words (the pieces meet at a literal '<unk>', id 0)
+SPACY_PIECES = {"spacy": spacy_pieces, "openai": openai_pieces}
 
 
 def _bare_bpe(vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None) -> BPE:
@@ -110,7 +125,7 @@ class GPT1Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         if self.pretokenizer == "fast":
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
-        pieces = [spacy_pieces(t) for t in texts]
+        pieces = [SPACY_PIECES[self.pretokenizer](t) for t in texts]
         flat = [words for text_pieces in pieces for words in text_pieces if words]
         encoded = iter(self.backend.encode_batch(flat, is_pretokenized=True, add_special_tokens=False))
         unk = self.backend.token_to_id(UNK)
@@ -183,9 +198,10 @@ def read_merges(path: str | Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def load_released(source: str | Path, pretokenizer: str = "spacy") -> GPT1Tokenizer:
+def load_released(source: str | Path, pretokenizer: str = "openai") -> GPT1Tokenizer:
     """The released GPT-1 vocabulary: a folder (encoder_bpe_40000.json + vocab_40000.bpe, or vocab.json +
-    merges.txt) or a hub id such as openai-community/openai-gpt."""
+    merges.txt) or a hub id such as openai-community/openai-gpt; by default with OpenAI's own pre-tokenisation,
+    the one its model was trained on (`spacy` gives transformers 4.x's ids)."""
     folder = Path(source)
     pairs = [("encoder_bpe_40000.json", "vocab_40000.bpe"), ("vocab.json", "merges.txt")]
     if folder.is_dir():
@@ -225,9 +241,9 @@ def _truncate_merges(backend: Tokenizer, merges: int, pretokenizer: str) -> Toke
 
 
 def word_counts(texts: Iterable[str], pretokenizer: str, words: Iterable[list[str]] | None = None) -> Counter:
-    """How often each pre-tokenised word occurs: `words` (lists of spacy words) or the words of `texts`."""
-    if pretokenizer == "spacy":
-        pieces = words if words is not None else (w for t in texts for w in spacy_pieces(t))
+    """How often each pre-tokenised word occurs: `words` (lists of spaCy words) or the words of `texts`."""
+    if pretokenizer in SPACY_PIECES:
+        pieces = words if words is not None else (w for t in texts for w in SPACY_PIECES[pretokenizer](t))
         return Counter(word for piece in pieces for word in piece)
     probe = build_backend("fast", _bare_bpe())
     return Counter(word for t in texts
@@ -256,7 +272,7 @@ def train(
     min_frequency: int = 2,
     words: Iterable[list[str]] | None = None,
 ) -> GPT1Tokenizer:
-    """Learn `merges` BPE merges from `texts` (or, for `spacy`, from already pre-tokenised `words` lists).
+    """Learn `merges` BPE merges from `texts` (or, for the spaCy ones, from already pre-tokenised `words` lists).
 
     The same corpus gives the same merges and ids in every process. The trainer numbers the end-of-word forms of
     the characters ('a</w>') in hash-map order and breaks ties between equally frequent pairs by those numbers, so
@@ -307,7 +323,8 @@ def train_on_corpus(corpus_jsonl: Path, bpe: dict, chunk_chars: int, workers: in
 
     chunks = tqdm(_corpus_chunks(corpus_jsonl, chunk_chars), desc="bpe: pre-tokenise", unit="chunk")
     workers = pool_size(corpus_jsonl, workers)
-    if bpe["pretokenizer"] == "spacy":
-        words = (w for pieces in bounded_imap(spacy_pieces, chunks, workers) for w in pieces)
-        return train([], "spacy", bpe["merges"], bpe["limit_alphabet"], bpe["min_frequency"], words=words)
+    mode = bpe["pretokenizer"]
+    if mode in SPACY_PIECES:
+        words = (w for pieces in bounded_imap(SPACY_PIECES[mode], chunks, workers) for w in pieces)
+        return train([], mode, bpe["merges"], bpe["limit_alphabet"], bpe["min_frequency"], words=words)
     return train(chunks, "fast", bpe["merges"], bpe["limit_alphabet"], bpe["min_frequency"])
