@@ -1,4 +1,5 @@
-"""The GPT-1 BPE: the released vocabulary reproduces the original pipeline (spacy) and transformers 5 (fast)."""
+"""The GPT-1 BPE: the released vocabulary reproduces transformers 4.x (spacy), OpenAI's own code (openai)
+and transformers 5 (fast); training is the same in every process."""
 
 import itertools
 import json
