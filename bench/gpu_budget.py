@@ -274,7 +274,7 @@ def token_counts(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Lengt
     if args.lengths:
         return load_lengths(args.lengths)
     model, ft = cfg.p["model"], cfg.p["finetune"]
-    tokenizer = load_released(RELEASED)
+    tokenizer = load_released(RELEASED, "spacy")  # the profiles' pre-tokeniser, as the saved lengths were measured
     lengths = {t: measure_lengths(t, tokenizer, model["n_ctx"], ft["batch_size"], args.sample) for t in HUB_SPLITS}
     mirror_tokens = book_tokens(tokenizer, args.book_chars)
     if args.save_lengths:
@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> None:
     model, ft = cfg.p["model"], cfg.p["finetune"]
     if any(pretrain_settings(cfg, kind)["max_steps"] is None for kind in ("gpt", "lstm")):
         raise SystemExit(f"profile {args.profile}: pretrain.max_steps is null; this estimate needs a step count")
+    if ft["cuda_graphs"] == "capture":
+        raise SystemExit(f"profile {args.profile}: finetune.cuda_graphs: capture has no GPU speed yet (bash "
+                         f"bench/gpu_check.sh --sections finetune_graphs times it); estimate with auto or false")
     args.graphs = ft["cuda_graphs"] in ("auto", True)  # auto: on, on CUDA
     args.fixed_ms = args.update_ms if args.graphs else args.update_ms_eager
     gpt_model = GPT(GPTConfig(vocab_size=RELEASED_VOCAB, n_ctx=model["n_ctx"], n_embd=model["n_embd"],

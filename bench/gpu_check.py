@@ -27,7 +27,7 @@ keeps .gpu-site/ only while it stays warm, 30 s idle):
     call A   carry bench/gpu_bundle/wheels, bench/gpu_bundle/dag_wheels, bench/gpu_bundle/commit.txt
              bash bench/gpu_check.sh --install                  # MLflow & co., Snakemake, DVC into .gpu-site/
     call A2  carry bench/gpu_bundle/spacy_wheels, bench/gpu_bundle/commit.txt
-             bash bench/gpu_check.sh --install                  # spaCy and ftfy (the `spacy` pre-tokeniser)
+             bash bench/gpu_check.sh --install                  # spaCy and ftfy (the spacy and openai pre-tokenisers)
     call B   carry bench/gpu_bundle/dag, bench/gpu_bundle/commit.txt
              bash bench/gpu_check.sh $OUT --sections hardware,dag
 

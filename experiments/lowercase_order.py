@@ -1,6 +1,7 @@
-"""Where the `spacy` pre-tokeniser lowercases, and what it moves: before spaCy, as transformers 4.x's slow
-`OpenAIGPTTokenizer` does (ours, gpt1.data.tokenizer.spacy_pieces), or after it, token by token, as OpenAI's own
-finetune-transformer-lm code does (`text_utils.TextEncoder.encode`: `self.bpe(token.text.lower())`).
+"""Where the spaCy pre-tokenisers lowercase, and what it moves: before spaCy, as transformers 4.x's slow
+`OpenAIGPTTokenizer` does (`spacy`, the profiles': gpt1.data.tokenizer.spacy_pieces), or after it, token by token, as
+OpenAI's own finetune-transformer-lm code does (`openai`, the released vocabulary's since 2026-11-29:
+gpt1.data.tokenizer.openai_pieces; `text_utils.TextEncoder.encode`: `self.bpe(token.text.lower())`).
 
     .venv/bin/python -m experiments.lowercase_order [--books 20] [--chars 20000] [--seed 0]
 
@@ -17,20 +18,19 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
-from gpt1.data.tokenizer import spacy_pieces, spacy_words
+from gpt1.data.tokenizer import openai_pieces, spacy_pieces
 
 MIRROR_NOVELS = "../shared/data/books/gutenberg/default/train.parquet"
 
 
 def words_lowercased_first(text: str) -> list[str]:
-    """Ours (transformers 4.x): the text lowercased, then ftfy, standardisation and spaCy."""
+    """`spacy` (transformers 4.x): the text lowercased, then ftfy, standardisation and spaCy."""
     return [w for piece in spacy_pieces(text) for w in piece]
 
 
 def words_lowercased_after(text: str) -> list[str]:
-    """OpenAI's code: ftfy, standardisation and spaCy on the cased text, then each token lowercased (spacy_words,
-    which ours calls on lowercased text)."""
-    return spacy_words(text)
+    """`openai` (OpenAI's code): ftfy, standardisation and spaCy on the cased text, then each token lowercased."""
+    return [w for piece in openai_pieces(text) for w in piece]
 
 
 def differences(texts: Sequence[str]) -> tuple[int, int, Counter]:

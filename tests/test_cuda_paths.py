@@ -122,13 +122,14 @@ def test_fine_tuning_attention_prefers_the_memory_efficient_kernel_on_cuda() -> 
     assert runtime.attention_backends(CPU, varying=True) == []
 
 
-def test_attention_kernels_on_cuda_set_that_priority_while_inside() -> None:
+@pytest.mark.parametrize("varying", [False, True])
+def test_attention_kernels_on_cuda_set_that_priority_while_inside(varying: bool) -> None:
     get_order = getattr(torch._C, "_get_sdp_priority_order", None)
     if get_order is None:
         pytest.skip("this torch cannot report the SDPA priority order")
-    wanted = [int(b) for b in runtime.attention_backends(CUDA)]
+    wanted = [int(b) for b in runtime.attention_backends(CUDA, varying)]
     before = get_order()
-    with runtime.attention_kernels(CUDA):
+    with runtime.attention_kernels(CUDA, varying):
         assert get_order()[: len(wanted)] == wanted
     assert get_order() == before
 

@@ -242,12 +242,34 @@ def test_section_e2_rehearses_on_the_cpu(tmp_path: Path, monkeypatch: pytest.Mon
     assert list(updates) == ["mnli", "fixed", "qqp", "race"]
     for shape in updates.values():
         assert shape["today_ms"] > 0 and shape["graphs_ms"] > 0 and shape["bucket"] >= shape["length"]
-        assert shape["capture_ms"] > 0 and shape["capture_warmup_s"] > 0
+        assert shape["capture_ms"] > 0 and shape["capture_today_ms"] > 0 and shape["capture_warmup_s"] > 0
         assert len(shape["epochs_ms"]["today"]) == len(shape["epochs_ms"]["graphs"]) == 2
-        assert len(shape["epochs_ms"]["capture"]) == 2
+        assert len(shape["capture_epochs_ms"]["capture"]) == len(shape["capture_epochs_ms"]["today"]) == 2
     assert record["data"]["counters"]["graph_breaks"] == 0, record["data"]["counters"]
     assert "no GPU's figures" in record["summary"] and "| mnli | 8 |" in record["markdown"]
     assert "captured whole" in record["summary"] and record["data"]["capture_fit"]["update_ms"] > 0
+
+
+def test_a_capture_that_fails_keeps_the_shapes_other_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section e2 times the captured update after the compiled one: where its capture raises (a GPU that cannot
+    record it), the shape keeps the eager and compiled figures and says why the captured one is missing."""
+    from bench.gpu import finetune_speed
+    from bench.gpu.env import Context
+
+    def refuse(self: CapturedUpdates, batch: object) -> None:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(CapturedUpdates, "record", refuse)
+    ctx = Context(out=Path("/nonexistent"), work=Path("/nonexistent"), bundle=Path("/nonexistent"), device="cpu",
+                  tiny=True, started=time.time(), budget_s=60.0)
+    finetune = {"lr": 1e-3, "batch_size": 4, "epochs": 1, "warmup_fraction": 0.1, "lm_weight": 0.5,
+                "weight_decay": 0.01, "eval_batch_size": 4, "precision": "auto", "length_group_batches": 1,
+                "clf_dropout": 0.1}
+    shape = finetune_speed.graph_shape(ctx, finetune_speed.TINY, finetune, "mnli", (4, 1, 16), CPU)
+    assert shape["today_ms"] > 0 and shape["graphs_ms"] > 0 and "capture_ms" not in shape
+    assert shape["capture_failed"] == "RuntimeError: operation not permitted when stream is capturing"
+    table = finetune_speed.graphs_table({"mnli": shape}, 1.0)
+    assert "captured update failed: RuntimeError: operation not permitted" in table
 
 
 def test_the_section_counts_only_its_own_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:

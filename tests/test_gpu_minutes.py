@@ -56,6 +56,14 @@ def test_a_plan_over_its_limit_fails_naming_the_limit() -> None:
     assert re.search(r"the plan takes \d+ s, over --max-minutes 8 \(480 s\)", out.stderr), out.stderr[-2000:]
 
 
+def test_a_plan_with_the_captured_update_is_refused_until_a_gpu_has_timed_it() -> None:
+    out = plan("--set", "finetune.cuda_graphs=capture")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        "profile gpu-minutes: finetune.cuda_graphs: capture has no GPU speed yet (bash bench/gpu_check.sh --sections "
+        "finetune_graphs times it); estimate with auto or false")
+
+
 @pytest.mark.slow
 @pytest.mark.mirror
 @pytest.mark.skipif(not SHARED_MIRROR.is_dir(), reason="the shared data mirror is absent")

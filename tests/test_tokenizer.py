@@ -26,7 +26,7 @@ TEXTS = [d["text"] for d in synthetic_corpus(12, seed=3)]
 
 
 @needs_reference
-def test_spacy_equals_the_original_pipeline_on_every_sample():
+def test_spacy_equals_transformers_4_on_every_sample():
     """Reference ids: transformers 4.x's slow OpenAIGPTTokenizer with ftfy + spaCy (see fixtures/bpe/README.md)."""
     cases = json.loads((FIXTURES / "reference_spacy.json").read_text())["cases"]
     tok = load_released(REFERENCE, "spacy")

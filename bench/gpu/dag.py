@@ -233,29 +233,27 @@ def dvc_status(repo: Path, env: dict[str, str]) -> dict[str, Any] | str:
 def mlflow_summary(repo: Path) -> dict[str, Any]:
     """The checkout's MLflow runs: count by status, each stage's statuses (gpu/stages.py's reader), and where its
     finished runs' time went (`run_times`)."""
-    from bench.gpu.stages import mlflow_runs
+    from bench.gpu.stages import logged_runs, runs_by_stage
 
     store = repo / "mlflow.db"
     if not store.is_file():
         return {"runs": {}, "by_status": {}, "registered_versions": 0, "times": {}}
-    found = mlflow_runs(store)
+    client, logged = logged_runs(store)
+    found = runs_by_stage(client, logged)
     statuses = collections.Counter(s for runs in found["runs"].values() for s in runs)
     return {"runs": found["runs"], "by_status": dict(statuses), "registered_versions": found["registered_versions"],
-            "times": run_times(store)}
+            "times": run_times(logged)}
 
 
-def run_times(store: Path) -> dict[str, dict[str, Any]]:
-    """Stage -> medians over its finished runs in the sqlite store: the run's open span (`run_s`: MLflow's start to
-    end, from after the job loaded its inputs to its last log), the job's own `wall_seconds` (inputs loaded, trained,
-    evaluated) and its training (`train_s`, tokens over tokens per second, where the stage logs them). Beside a
-    rule's Snakemake wall, what is left is the process's start: interpreter, imports, the device, the checks."""
+def run_times(runs: list[Any]) -> dict[str, dict[str, Any]]:
+    """Stage -> medians over its finished MLflow runs: the run's open span (`run_s`: MLflow's start to end); its
+    `wall_seconds` (`wall_s`), and its training (`train_s`, tokens over tokens per second), where the stage logs
+    them. For a fine-tuning job (the finetune stage's, the ablations' among them) the wall is the job's own (inputs
+    loaded, trained, evaluated), the run opening after the loading and closing after the logs; pre-training's wall
+    is its training alone, summed over resumed invocations. Beside a rule's Snakemake wall, the rest is the
+    process's start: interpreter, imports, the device, the checks."""
     import statistics
 
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{store}")
-    experiment = client.get_experiment_by_name("gpt1")
-    runs = client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
     spans: dict[str, dict[str, list[float]]] = {}
     for run in runs:
         if run.info.status != "FINISHED" or run.info.end_time is None:

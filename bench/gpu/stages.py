@@ -172,14 +172,23 @@ def verify_export(out: Path, pretrained: Path, device: str) -> dict[str, Any]:
     return {"max_abs_logit_delta_vs_ours": delta}
 
 
-def mlflow_runs(store: Path) -> dict[str, Any]:
-    """The runs the stages logged in the sqlite file `store` (stage -> statuses) and the registered model versions
-    (section dag reads its checkout's store so too)."""
+def logged_runs(store: Path) -> tuple[Any, list[Any]]:
+    """(an MlflowClient on the sqlite file `store`, every run of its gpt1 experiment)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{store}")
     experiment = client.get_experiment_by_name("gpt1")
-    runs = client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
+    return client, client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
+
+
+def mlflow_runs(store: Path) -> dict[str, Any]:
+    """The runs the stages logged in the sqlite file `store` (stage -> statuses) and the registered model versions
+    (section dag reads its checkout's store so too)."""
+    return runs_by_stage(*logged_runs(store))
+
+
+def runs_by_stage(client: Any, runs: list[Any]) -> dict[str, Any]:
+    """`mlflow_runs` of runs already read."""
     stages: dict[str, list[str]] = {}
     for run in runs:
         stages.setdefault(run.data.tags.get("gpt1.stage", "?"), []).append(run.info.status)

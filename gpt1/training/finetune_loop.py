@@ -13,8 +13,8 @@ update (`GraphedUpdates`): batches padded to a bounded set of lengths (`bucket_l
 (`heads.static_losses`) through torch.compile's CUDA graphs, a capturable fused AdamW whose lr is a device tensor
 the schedule fills, and the losses kept on the device until the epoch's curves are written. finetune.cuda_graphs:
 capture takes the same batches through `CapturedUpdates` instead: each bucket's whole update (forward, backward,
-AdamW) recorded as one CUDA graph by torch.cuda.graph, with no compiler. On the CPU the loop is the one it always
-was, bit for bit.
+AdamW) recorded as one CUDA graph by torch.cuda.graph, with no compiler. On the CPU, under auto and false, the loop
+is the one it always was, bit for bit; true and capture force their fast path there too (without graphs: for tests).
 
 It reads no params.yaml (`Recipe.from_section` takes the profile's finetune section), writes no file and opens no
 MLflow run: `gpt1.training.finetuning` runs a job's training through it.
@@ -50,6 +50,16 @@ CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")  # an upda
 
 # ----------------------------------------------------------------------------------------------------------------
 # Schedule, training, prediction
+
+
+def forward_context(device: torch.device, dtype: torch.dtype | None,
+                    cache: bool = True) -> contextlib.AbstractContextManager:
+    """Where every fine-tuning forward runs: autocast in `dtype` and, on CUDA, the attention kernels whose dropout
+    is p in fine-tuning's order (`attention_kernels(..., varying=True)`); `cache=False` inside a CUDA graph."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(autocast(device, dtype, cache))
+    stack.enter_context(attention_kernels(device, varying=True))
+    return stack
 
 
 def linear_lr_factor(update: int, warmup: int, total: int) -> float:
@@ -113,7 +123,7 @@ def predict(model: FinetuneModel, part: Part, batch_size: int, precision: str = 
     rows: dict[int, np.ndarray] = {}
     device = next(model.parameters()).device
     for chosen, batch in batches(part, chunks(order, batch_size), model.regression):
-        with autocast(device, resolve_precision(precision, device)), attention_kernels(device, varying=True):
+        with forward_context(device, resolve_precision(precision, device)):
             outputs = model(batch.to(device))
         for i, row in zip(chosen, outputs.float().cpu().numpy(), strict=True):
             rows[i] = row
@@ -217,8 +227,7 @@ class Trainer:
             tick = time.perf_counter()
             batch = cpu_batch.to(self.device)
             lr = self.scheduler.get_last_lr()[0]
-            with (autocast(self.device, resolve_precision(self.recipe.precision, self.device)),
-                  attention_kernels(self.device, varying=True)):
+            with forward_context(self.device, resolve_precision(self.recipe.precision, self.device)):
                 losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
             _check_finite(step + 1, losses.total.item())
             losses.total.backward()
@@ -236,8 +245,9 @@ class Trainer:
         return rows, step, tokens
 
     def fast_epoch(self, epoch: int, step: int, label: str) -> tuple[list[dict[str, float]], int, int]:
-        """`epoch` through `GraphedUpdates`: the same batches, the same schedule, the same curve rows, but the
-        losses stay on the device until the epoch ends (one read, not three per update)."""
+        """`epoch` through the fast path (`self.fast`: `GraphedUpdates` or `CapturedUpdates`): the same batches, the
+        same schedule, the same curve rows, but the losses stay on the device until the epoch ends (one read, not
+        three per update)."""
         assert self.fast is not None
         self.model.train()
         groups = epoch_batches(self.train, self.recipe.batch_size, self.order, self.recipe.length_group_batches)
@@ -325,8 +335,14 @@ class FastUpdates(abc.ABC):
 
     def eager_losses(self, batch: Batch, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """L3, L2, L1 of a batch of any shape (an epoch's last, smaller batch), without a graph."""
-        with autocast(self.device, self.dtype, cache), attention_kernels(self.device, varying=True):
+        with forward_context(self.device, self.dtype, cache):
             losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
+        return losses.total, losses.clf, losses.lm
+
+    def static_losses(self, batch: Batch, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L3, L2, L1 of a batch of the batch size through `heads.static_losses`, whose shapes a graph can replay."""
+        with forward_context(self.device, self.dtype, cache):
+            losses = static_losses(self.model, batch, self.recipe.lm_weight)
         return losses.total, losses.clf, losses.lm
 
     @abc.abstractmethod
@@ -355,6 +371,8 @@ class GraphedUpdates(FastUpdates):
 
     def graph_losses(self, tokens: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor,
                      per_example: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`static_losses` as dynamo traces it: autocast inside, the attention kernels' order around the call
+        (`update`), which the trace takes its kernel from."""
         with autocast(self.device, self.dtype):
             losses = static_losses(self.model, Batch(tokens, lengths, labels, per_example), self.recipe.lm_weight)
         return losses.total, losses.clf, losses.lm
@@ -434,12 +452,8 @@ class CapturedUpdates(FastUpdates):
         for param, grad in zip(self.params, self.grads, strict=True):
             param.grad = grad  # again: whoever set it to None (another loop on the same model) must not move it
         torch._foreach_zero_(self.grads)
-        if full:
-            with autocast(self.device, self.dtype, cache=False), attention_kernels(self.device, varying=True):
-                losses = static_losses(self.model, batch, self.recipe.lm_weight)
-            total, clf, lm = losses.total, losses.clf, losses.lm
-        else:
-            total, clf, lm = self.eager_losses(batch, cache=False)
+        losses = self.static_losses if full else self.eager_losses
+        total, clf, lm = losses(batch, cache=False)
         into.copy_(torch.stack((total.detach(), clf.detach(), lm.detach())))
         total.backward()
         self.optimizer.step()
