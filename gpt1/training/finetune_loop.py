@@ -52,14 +52,12 @@ CURVE_FIELDS = ("step", "epoch", "lr", "loss", "clf_loss", "lm_loss")  # an upda
 # Schedule, training, prediction
 
 
-def forward_context(device: torch.device, dtype: torch.dtype | None,
-                    cache: bool = True) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def forward_context(device: torch.device, dtype: torch.dtype | None, cache: bool = True) -> Iterator[None]:
     """Where every fine-tuning forward runs: autocast in `dtype` and, on CUDA, the attention kernels whose dropout
     is p in fine-tuning's order (`attention_kernels(..., varying=True)`); `cache=False` inside a CUDA graph."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(autocast(device, dtype, cache))
-    stack.enter_context(attention_kernels(device, varying=True))
-    return stack
+    with autocast(device, dtype, cache), attention_kernels(device, varying=True):
+        yield
 
 
 def linear_lr_factor(update: int, warmup: int, total: int) -> float:
@@ -426,11 +424,11 @@ class CapturedUpdates(FastUpdates):
     What a replay may touch must keep its address: the parameters and AdamW's state (updated in place), one set of
     gradients shared by every shape (zeroed and accumulated into inside the graph), the lr tensor. The shapes'
     graphs share one memory pool and replay in any order: nothing allocated inside a capture is read after its
-    replay (the losses and the gradients live outside it). The warm-up
-    updates before a capture really train, so the parameters, AdamW's state and the RNG are put back after them:
-    training sees every batch once. The LSTM's updates are not recorded (cuDNN's recurrence under capture is not
-    relied on): they, and an epoch's last smaller batch, run the same steps eagerly. On a CPU (a test) nothing is
-    recorded and a replay runs the steps eagerly, warm-up and restore included."""
+    replay (the losses and the gradients live outside it). The warm-up updates before a capture really train, so
+    the parameters, AdamW's state and the RNG are put back after them: training sees every batch once. The LSTM's
+    updates are not recorded (cuDNN's recurrence under capture is not relied on): they, and an epoch's last smaller
+    batch, run the same steps eagerly. On a CPU (a test) nothing is recorded and a replay runs the steps eagerly,
+    warm-up and restore included."""
 
     def __init__(self, model: FinetuneModel, recipe: Recipe, device: torch.device,
                  warmup: int = CAPTURE_WARMUP_UPDATES) -> None:
