@@ -1,7 +1,5 @@
 """`python -m gpt1 <stage>`: how the workflow engines call the CLI (works from the repo root without install)."""
 
-import sys
+from gpt1.cli.main import entry
 
-from gpt1.cli.main import main
-
-sys.exit(main())
+entry()

@@ -54,6 +54,15 @@ def _pinned_process() -> None:
     numerics.apply(True, 1)
 
 
+@pytest.fixture(autouse=True)
+def _own_phases() -> None:
+    """Each test's stage runs log their own phases: the process clock (gpt1.pipeline.clock) belongs to the process,
+    and pytest's runs many stages, some of which stop before they log theirs."""
+    from gpt1.pipeline.clock import PROCESS
+
+    PROCESS.phases.clear()
+
+
 @pytest.fixture
 def products_on_torch():
     """For a test about something else that multiplies in bf16 on the CPU (which the pinned mode refuses): its

@@ -221,6 +221,14 @@ def test_stage_writes_metrics_predictions_and_curves(assets: Assets, mlflow_env:
         assert runs[0].data.tags["gpt1.split"] == "validation"
         assert len(client.get_metric_history(runs[0].info.run_id, "loss")) == 2
         assert runs[0].data.metrics["sst2.accuracy"] == metrics["reports"]["sst2"]["metrics"]["accuracy"]
+        # Where the process's time went (gpt1.pipeline.clock): the stage's phases (run here in pytest's process, not
+        # the CLI's, so without its start and setup; the load holds the time since the test's last mark)
+        times = {k: v for k, v in runs[0].data.metrics.items() if k.startswith("time.")}
+        phases = ["load", "open", "train", "evaluate", "write", "log"]
+        assert sorted(times) == sorted(f"time.{p}_s" for p in [*phases, "process"])
+        assert runs[0].data.tags["gpt1.phases"] == ",".join(phases)  # their order: MLflow keeps none
+        assert all(v >= 0 for v in times.values()) and times["time.train_s"] > 0
+        assert sum(times[f"time.{p}_s"] for p in phases) <= times["time.process_s"] + 0.01  # rounded
     if task == "race":  # RACE-m and RACE-h are the middle and high parts of the one evaluated split
         counts = {r: metrics["reports"][r]["counts"]["eval"] for r in ("race_m", "race_h", "race")}
         assert counts["race_m"] + counts["race_h"] == counts["race"]

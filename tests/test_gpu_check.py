@@ -492,7 +492,14 @@ def test_dag_rehearsal_runs_the_whole_dag_through_snakemake_with_the_data_stages
     times = data["mlflow"]["times"]  # where a job's time went: its training within the job, the job within the run
     assert set(times) == set(runs) and times["finetune"]["runs"] == 4
     assert 0 < times["finetune"]["train_s"] <= times["finetune"]["wall_s"] and times["finetune"]["run_s"] > 0
+    # and each fine-tuning process's phases, from the OS's start of it to its run's last metrics (medians: their sum
+    # need not be the process's, but each is within it)
+    phases = times["finetune"]["phases"]
+    assert list(phases) == ["start", "setup", "load", "open", "train", "evaluate", "write", "log", "process"]
+    assert all(0 <= phases[p] <= phases["process"] for p in phases) and phases["train"] > 0
+    assert times["finetune"]["run_s"] <= phases["process"]
     assert "where a job's time went" in record["markdown"] and "finetune (4 runs): run " in record["markdown"]
+    assert ", process: start " in record["markdown"] or "(process: start " in record["markdown"]
 
     with tarfile.open(out / "dag.tar.gz") as tar:
         names = set(tar.getnames())

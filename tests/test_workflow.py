@@ -223,3 +223,30 @@ def test_mlflow_ui_lists_the_runs_grouped_under_the_report(smoke_run):
     report_ids = {r["info"]["run_id"] for r, t in zip(runs, tags, strict=True) if t["gpt1.stage"] == "report"}
     # Each invocation's runs hang under that invocation's report run.
     assert report_ids and all(t.get("mlflow.parentRunId") in report_ids for t in tags if t["gpt1.stage"] != "report")
+
+
+def test_the_job_phases_bench_times_a_pipeline_job_phase_by_phase(smoke_run, tmp_path):
+    """bench/job_phases.py on the smoke run: a fine-tuning job through the CLI, its phases from the OS's start of the
+    process (gpt1.pipeline.clock) within its wall timed from outside, beside the import-only baseline."""
+    from bench.job_phases import markdown, measure
+
+    root, _, _ = smoke_run
+    found = measure(root / "results" / "smoke", "smoke", "rte", 1, tmp_path)
+    for kind in ("job", "collected"):  # the CLI's exit (gpt1.cli.main.entry), and a plain sys.exit(main())
+        phases = found[kind]["phases"]
+        assert list(phases) == ["start", "setup", "load", "open", "train", "evaluate", "write", "log", "process"]
+        assert sum(v for p, v in phases.items() if p != "process") == pytest.approx(phases["process"], abs=0.05)
+        assert 0 < phases["process"] < found[kind]["wall_s"] and found[kind]["runs"] == 1
+        assert 0 < found["baseline_s"] < found[kind]["wall_s"]
+    table = markdown(found)
+    assert "| train | " in table and "| after the last mark: the run's end, the exit | " in table
+    assert "exiting through the last collection takes" in table
+
+
+def test_the_job_phases_bench_says_what_is_missing(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "bench.job_phases", "--results", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"job_phases: {tmp_path}/pretrain/gpt, {tmp_path}/tasks/rte missing: run the "
+                                   "pipeline first (e.g. snakemake --cores all --config profile=smoke), or give "
+                                   "--results")

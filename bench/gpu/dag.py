@@ -46,6 +46,7 @@ from bench.gpu import checkout
 from bench.gpu.dag_prepare import DAG, DATA, DATA_TAR, MANIFEST, MIRROR, gpu_resources, sha256
 from bench.gpu.env import REPO, Context
 from bench.gpu.report import DAG_TAR, Record, md_table
+from bench.job_phases import run_times
 
 STEPS = re.compile(r"^(\d+) of (\d+) steps", re.M)  # Snakemake's progress line
 PLANNED = re.compile(r"^total\s+(\d+)$", re.M)  # the last line of its "Job stats" table
@@ -245,31 +246,6 @@ def mlflow_summary(repo: Path) -> dict[str, Any]:
             "times": run_times(logged)}
 
 
-def run_times(runs: list[Any]) -> dict[str, dict[str, Any]]:
-    """Stage -> medians over its finished MLflow runs: the run's open span (`run_s`: MLflow's start to end); its
-    `wall_seconds` (`wall_s`), and its training (`train_s`, tokens over tokens per second), where the stage logs
-    them. For a fine-tuning job (the finetune stage's, the ablations' among them) the wall is the job's own (inputs
-    loaded, trained, evaluated), the run opening after the loading and closing after the logs; pre-training's wall
-    is its training alone, summed over resumed invocations. Beside a rule's Snakemake wall, the rest is the
-    process's start: interpreter, imports, the device, the checks."""
-    import statistics
-
-    spans: dict[str, dict[str, list[float]]] = {}
-    for run in runs:
-        if run.info.status != "FINISHED" or run.info.end_time is None:
-            continue
-        metrics = run.data.metrics
-        found = spans.setdefault(run.data.tags.get("gpt1.stage", "?"), {"run_s": [], "wall_s": [], "train_s": []})
-        found["run_s"].append((run.info.end_time - run.info.start_time) / 1e3)
-        if "wall_seconds" in metrics:
-            found["wall_s"].append(metrics["wall_seconds"])
-        if metrics.get("tokens_per_second") and "tokens" in metrics:
-            found["train_s"].append(metrics["tokens"] / metrics["tokens_per_second"])
-    return {stage: {"runs": len(found["run_s"]),
-                    **{k: round(statistics.median(v), 1) if v else None for k, v in found.items()}}
-            for stage, found in sorted(spans.items())}
-
-
 def without_weights(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     name = Path(member.name)
     return None if name.suffix == ".safetensors" or name.name == "snapshots" else member
@@ -348,12 +324,18 @@ def summary(data: dict[str, Any]) -> str:
 
 
 def times_text(mlflow: dict[str, Any]) -> str:
-    """`run_times` in a line: per stage, its runs' median open span, the job's own wall and its training."""
+    """`run_times` in a line: per stage, its runs' median open span, the job's own wall and its training, and its
+    process's phases where it logs them."""
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} s"
 
+    def phases(found: dict[str, float]) -> str:
+        return (" (process: " + ", ".join(f"{phase} {value:.2f} s" for phase, value in found.items()) + ")"
+                if found else "")
+
     return "; ".join(f"{stage} ({t['runs']} runs): run {seconds(t['run_s'])}, job {seconds(t['wall_s'])}, "
-                     f"training {seconds(t['train_s'])}" for stage, t in mlflow.get("times", {}).items()) or "none"
+                     f"training {seconds(t['train_s'])}{phases(t.get('phases', {}))}"
+                     for stage, t in mlflow.get("times", {}).items()) or "none"
 
 
 def markdown(data: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpt1.pipeline.clock import PHASES_TAG, PROCESS
 from gpt1.pipeline.errors import TrackingError, interruption
 from gpt1.pipeline.files import flatten, publication, staged_path
 from gpt1.pipeline.mlflow_store import (
@@ -204,6 +205,14 @@ class StageRun:
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
         retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
+
+    def log_times(self, last: str) -> None:
+        """Where this process's time went (`gpt1.pipeline.clock`), as the stage's last metrics: the time since its
+        last mark as phase `last`, then time.<phase>_s for every phase and time.process_s, their order as a tag."""
+        PROCESS.lap(last)
+        metrics, phases = PROCESS.take()
+        self.log_metrics(metrics)
+        self.set_tags({PHASES_TAG: ",".join(phases)})
 
     def log_steps(self, rows: Iterable[tuple[Mapping[str, float], int]]) -> None:
         """Many steps' metrics, (metrics, step) each, in as few writes as MLflow allows (a write per step costs

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpt1.data.taskdata import part_sha256, part_source
 from gpt1.pipeline import layout, records
+from gpt1.pipeline.clock import PROCESS
 from gpt1.pipeline.config import finetune_settings
 from gpt1.pipeline.files import (
     file_record,
@@ -88,6 +89,7 @@ def finetune_stage(cfg: Config, task: str, variant: str, seed: int, pretrained_d
     out = Path(out_dir)
     job = prepare_job(finetune_settings(cfg), task, variant, seed, pretrained_dir, tokenizer_dir,
                       transfer_layers=transfer_layers, examples_dir=examples_dir)
+    PROCESS.lap("load")  # this module's imports, the weights on the device, the tokenizer and the examples
     numerics = job_numerics(job)
     with published_run("finetune", cfg, _params(job, cfg), name=run_name(job)) as run:
         splits = ",".join(p.name for p in job.evals)
@@ -95,12 +97,15 @@ def finetune_stage(cfg: Config, task: str, variant: str, seed: int, pretrained_d
                       "gpt1.split": splits, "gpt1.transfer_layers": transfer_layers,
                       "gpt1.tokenizer_sha256": job.tokenizer.fingerprint()})
         _log_inputs(run, job)
-        result = finetune_job(job, _mlflow_curves(run))
+        PROCESS.lap("open")  # the store checked, the run opened, its params, tags and inputs logged
+        result = finetune_job(job, _mlflow_curves(run), PROCESS.lap)
         write_outputs(out, result, numerics)
+        PROCESS.lap("write")
         run.log_metrics(_final_metrics(result.metrics), result.metrics["updates"])
         for path in declared_outputs(out):
             run.log_output(path)
         _log_model(run, job, cfg, result.metrics["updates"])
+        run.log_times("log")  # the metrics, the outputs and the model to MLflow
     return result.metrics
 
 

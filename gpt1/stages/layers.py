@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpt1.evaluation.significance import Key, Prediction, column_test, predictions_by_key, report_se
 from gpt1.pipeline import layout, records
+from gpt1.pipeline.clock import PROCESS
 from gpt1.pipeline.config import LAYER_TRANSFER_TASKS
 from gpt1.pipeline.errors import UsageError
 from gpt1.pipeline.files import (
@@ -75,7 +76,7 @@ def layers_stage(cfg: Config, task: str, seed: int, pretrained_dir: Path, tokeni
         first = None
         for k in range(n_layer + 1):
             result = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,
-                                  examples_dir=examples_dir, **caps)
+                                  examples_dir=examples_dir, mark=PROCESS.lap, **caps)
             runs[str(k)] = without_timings(result.metrics)
             keyed = predictions_by_key(result.predictions)
             points.append(curve_point(k, result.metrics, keyed, first))
@@ -83,10 +84,12 @@ def layers_stage(cfg: Config, task: str, seed: int, pretrained_dir: Path, tokeni
             run.log_metrics({key: points[-1][key] for key in ("train_accuracy", "dev_accuracy", "dev_se")}, step=k)
             print(f"layers {task}: k={k} train {points[-1]['train_accuracy']:.3f} dev {points[-1]['dev_accuracy']:.3f}"
                   f" ± {points[-1]['dev_se']:.3f}")
+            PROCESS.lap("curve")  # the point's standard error and paired test, its metrics to MLflow
         with staged_outputs(out_dir / layout.LAYERS_JSON, out_dir / layout.LAYERS_CSV) as (json_tmp, csv_tmp):
             write_csv(csv_tmp, FIELDS, points)
             records.write("layers", json_tmp, {"task": task, "seed": seed, "n_layer": n_layer, "points": points,
                                          "runs": runs, "numerics": numerics.to_json(),
                                          "files": {layout.LAYERS_CSV: file_record(csv_tmp)}})
         run.log_output(out_dir / layout.LAYERS_CSV)
+        run.log_times("write")  # the records, and the curve to MLflow
     return points

@@ -259,8 +259,10 @@ def build_metrics(job: FinetuneJob, trained: Trained, reports: dict[str, Any], t
     }
 
 
-def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
-    """Train, (Story Cloze: select the best epoch), evaluate every report; nothing is written to disk."""
+def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None] | None = None,
+                 mark: Callable[[str], None] = lambda phase: None) -> FinetuneResult:
+    """Train, (Story Cloze: select the best epoch), evaluate every report; nothing is written to disk. `mark(phase)`
+    is called as each phase ends: `train`, then `evaluate` (a stage's clock, gpt1.pipeline.clock)."""
     total = len(job.train.examples)
     print(f"finetune {job.spec.name}/{job.variant.name}/seed {job.seed}: {job.train.truncated} of {total} training "
           f"examples and {sum(p.truncated for p in job.evals)} of {sum(len(p.examples) for p in job.evals)} "
@@ -268,6 +270,7 @@ def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None]
     seed_everything(job.seed)  # dropout masks depend on the seed only, not on what loading drew before
     trainer = Trainer(job.model, job.recipe, job.train, job.seed, log, job.graphs)
     trained = trainer.run(f"{job.spec.name}/{job.variant.name}", job.selection, job.spec)
+    mark("train")
     print(f"finetune: {trained.updates} updates, {trained.tokens:,} tokens in {trained.train_seconds:.1f} s "
           f"({trained.tokens / max(trained.train_seconds, 1e-9):,.0f} tokens/s)")
     reports, lines = evaluate_reports(job)
@@ -275,6 +278,7 @@ def finetune_job(job: FinetuneJob, log: Callable[[list[dict[str, float]]], None]
         values = ", ".join(f"{k} {v:.4f}" for k, v in block["metrics"].items())
         print(f"finetune: {name} on {block['evaluated_on']} ({block['counts']['eval']} examples): {values}")
     scores, scored = train_metrics(job, job.train_score_cap)
+    mark("evaluate")
     metrics = build_metrics(job, trained, reports, scores, scored, time.perf_counter() - job.started)
     return FinetuneResult(metrics, lines, trained.curves)
 
@@ -283,12 +287,15 @@ def finetune_run(settings: FinetuneSettings, task: str, variant: str, seed: int,
                  tokenizer_dir: str | Path | None, *, transfer_layers: int | None = None,
                  present: Sequence[str] | None = None, examples_dir: str | Path | None = None,
                  max_train_examples: int | None = None, max_eval_examples: int | None = None,
-                 log: Callable[[list[dict[str, float]]], None] | None = None) -> FinetuneResult:
-    """One fine-tuning job in memory: prepare (every check before training), train, evaluate."""
+                 log: Callable[[list[dict[str, float]]], None] | None = None,
+                 mark: Callable[[str], None] = lambda phase: None) -> FinetuneResult:
+    """One fine-tuning job in memory: prepare (every check before training), train, evaluate; `mark(phase)` as each
+    phase ends: `load`, `train`, `evaluate`."""
     job = prepare_job(settings, task, variant, seed, pretrained_dir, tokenizer_dir, transfer_layers=transfer_layers,
                       present=present, examples_dir=examples_dir, max_train_examples=max_train_examples,
                       max_eval_examples=max_eval_examples)
-    return finetune_job(job, log)
+    mark("load")
+    return finetune_job(job, log, mark)
 
 
 __all__ = [
