@@ -35,10 +35,10 @@ def run_times(runs: list[Any]) -> dict[str, dict[str, Any]]:
     `wall_seconds` (`wall_s`), and its training (`train_s`, tokens over tokens per second), where the stage logs
     them. For a fine-tuning job (the finetune stage's, the ablations' among them) the wall is the job's own (inputs
     loaded, trained, evaluated), the run opening after the loading and closing after the logs; pre-training's wall
-    is its training alone, summed over resumed invocations. `phases`: where the stage logs them (fine-tuning and
-    layers: gpt1.pipeline.clock), the median seconds of each phase of the process, from the OS's start of it to its
-    run's last metrics (`process`); beside a rule's Snakemake wall, the rest is the run's end and the process's
-    exit."""
+    is its training alone, summed over resumed invocations. `phases`: where the stage logs them (pre-training,
+    fine-tuning and layers: gpt1.pipeline.clock), the median seconds of each phase of the process, from the OS's
+    start of it to its run's last metrics (`process`); beside a rule's Snakemake wall, the rest is the run's end and
+    the process's exit."""
     spans: dict[str, dict[str, list[float]]] = {}
     phases: dict[str, dict[str, list[float]]] = {}
     for run in runs:
@@ -116,7 +116,8 @@ def markdown(found: dict[str, Any]) -> str:
              "| --- | ---: | ---: | ---: |"]
     lines += [row(phase, seconds, collected["phases"].get(phase, float("nan")))
               for phase, seconds in job["phases"].items() if phase != "process"]
-    lines += [row("process (the phases together)", job["phases"]["process"], collected["phases"]["process"]),
+    lines += [row("process (`time.process_s`: the start to the last mark)", job["phases"]["process"],
+                  collected["phases"]["process"]),
               row("after the last mark: the run's end, the exit", job["wall_s"] - job["phases"]["process"],
                   collected["wall_s"] - collected["phases"]["process"]),
               row("**the job, timed from outside**", job["wall_s"], collected["wall_s"]),

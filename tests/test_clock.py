@@ -13,25 +13,24 @@ import pytest
 from gpt1.pipeline.clock import PHASE_PREFIX, PhaseClock, process_age
 
 
-def fake_proc(root: Path, uptime: str, stat: str) -> Path:
-    (root / "self").mkdir(parents=True)
-    (root / "uptime").write_text(uptime)
-    (root / "self" / "stat").write_text(stat)
-    return root
+def fake_stat(root: Path, stat: str) -> Path:
+    (root / "stat").write_text(stat)
+    return root / "stat"
 
 
-def test_the_age_is_uptime_less_the_start_tick_after_a_name_with_spaces_and_parentheses(tmp_path: Path) -> None:
+def test_the_age_is_the_time_since_boot_less_the_start_tick_after_a_name_with_spaces_and_parentheses(
+        tmp_path: Path) -> None:
     ticks = os.sysconf("SC_CLK_TCK")
     # Fields 3..21 stand for themselves; field 22, the start time in ticks since boot, is 95 s after boot
     fields = " ".join(["S", *map(str, range(4, 22)), str(95 * ticks), "0", "0"])
-    proc = fake_proc(tmp_path, "100.25 180.00\n", f"4242 (python (x) y) {fields}\n")
-    assert process_age(proc) == pytest.approx(5.25)
+    stat = fake_stat(tmp_path, f"4242 (python (x) y) {fields}\n")
+    assert process_age(stat, now=lambda: 100.25) == pytest.approx(5.25)
 
 
 @pytest.mark.parametrize("stat", ["4242 (python) S 1 2\n", "garbled"])
 def test_the_age_is_none_where_proc_cannot_say(tmp_path: Path, stat: str) -> None:
-    assert process_age(fake_proc(tmp_path, "100.0 1.0\n", stat)) is None
-    assert process_age(tmp_path / "absent") is None
+    assert process_age(fake_stat(tmp_path, stat), now=lambda: 100.0) is None
+    assert process_age(tmp_path / "absent", now=lambda: 100.0) is None
 
 
 def test_this_process_is_as_old_as_the_os_says() -> None:

@@ -4,6 +4,7 @@ them)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -151,6 +152,42 @@ def test_tool_check_and_write_keep_the_rest_of_dvc_yaml(tmp_path):
     subprocess.run([*run, "--write"], check=True)
     assert path.read_text() == original
     assert subprocess.run([*run, "--check"]).returncode == 0
+
+
+def test_tool_lock_re_records_the_changed_code_alone_in_dvcs_format(tmp_path):
+    """--lock: dvc.lock's gpt1/ entries from the tree (md5, size), the data's entries and every other byte kept."""
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "gpt1", tree / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", "dvc.lock"):
+        shutil.copy(REPO / name, tree / name)
+    run = [sys.executable, str(TOOL), "--dvc-yaml", str(tree / "dvc.yaml"), "--lock"]
+    subprocess.run(run, check=True, capture_output=True)  # as this tree's code now is
+    recorded = yaml.safe_load((tree / "dvc.lock").read_text())
+    again = subprocess.run(run, check=True, capture_output=True, text=True)
+    assert again.stdout.strip().endswith("0 code entries re-recorded")
+    with open(tree / "gpt1" / "stages" / "bpe.py", "a") as handle:
+        handle.write("# a comment\n")
+    moved = subprocess.run(run, check=True, capture_output=True, text=True)
+    assert moved.stdout.strip().endswith(": 1 code entries re-recorded")  # the bpe stage's alone imports it
+    after = yaml.safe_load((tree / "dvc.lock").read_text())
+    changed = {(stage, d["path"]) for stage in after["stages"] for d, was in
+               zip(after["stages"][stage]["deps"], recorded["stages"][stage]["deps"], strict=True) if d != was}
+    assert changed == {("bpe", "gpt1/stages/bpe.py")}
+    entry = next(d for d in after["stages"]["bpe"]["deps"] if d["path"] == "gpt1/stages/bpe.py")
+    data = (tree / "gpt1" / "stages" / "bpe.py").read_bytes()
+    assert entry == {"path": "gpt1/stages/bpe.py", "hash": "md5", "md5": hashlib.md5(data).hexdigest(),
+                     "size": len(data)}
+    assert {k: v for k, v in after.items() if k != "stages"} == {k: v for k, v in recorded.items() if k != "stages"}
+
+
+def test_tool_lock_refuses_a_dvc_yaml_whose_lists_are_stale(tmp_path):
+    path = tmp_path / "dvc.yaml"
+    path.write_text((REPO / "dvc.yaml").read_text().replace("      - gpt1/data/textnorm.py\n", "", 1))
+    shutil.copy(REPO / "dvc.lock", tmp_path / "dvc.lock")
+    done = subprocess.run([sys.executable, str(TOOL), "--dvc-yaml", str(path), "--lock"], capture_output=True,
+                          text=True)
+    assert done.returncode == 1 and "list other code than they import; run --write first" in done.stderr
+    assert (tmp_path / "dvc.lock").read_bytes() == (REPO / "dvc.lock").read_bytes()
 
 
 def test_editing_the_tokenizer_reruns_bpe_but_not_fetch_or_clean_in_both_engines(tmp_path):

@@ -106,13 +106,13 @@ def test_each_run_trains_and_scores_on_the_tasks_own_caps(tmp_path, trained_gpt,
     assert {(p["train_examples"], p["dev_examples"]) for p in points} == {(10, 6)}
     with open(tmp_path / "out" / "layers.csv") as handle:
         assert {(row["train_examples"], row["dev_examples"]) for row in csv.DictReader(handle)} == {("10", "6")}
-    # Where the process's time went (gpt1.pipeline.clock): each k's load, train, evaluate and curve added up, then
-    # the records written
+    # Where the process's time went (gpt1.pipeline.clock): the run opened, each k's load, train, evaluate and curve
+    # added up, then the records written
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(mlflow_env)
     [run] = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`gpt1.stage` = 'layers'")
-    assert run.data.tags["gpt1.phases"] == "load,train,evaluate,curve,write"
+    assert run.data.tags["gpt1.phases"] == "open,load,train,evaluate,curve,write"
     times = {k: v for k, v in run.data.metrics.items() if k.startswith("time.")}
-    assert set(times) == {f"time.{p}_s" for p in ("load", "train", "evaluate", "curve", "write", "process")}
+    assert set(times) == {f"time.{p}_s" for p in ("open", "load", "train", "evaluate", "curve", "write", "process")}
     assert all(v >= 0 for v in times.values()) and times["time.train_s"] > 0

@@ -228,6 +228,17 @@ def test_lstm_trains_on_its_own_batch_and_refuses_hf_export(
                       "pretrain.by_model={lstm: {max_steps: 4, batch_size: 2, micro_batch_size: 2}}")
     metrics = pretrain_stage(cfg, "lstm", tiny_data.ids, tiny_data.tokenizer, tmp_path / "lstm")
     assert metrics["steps"] == 4 and math.isfinite(metrics["val_loss"])
+    # Where the process's time went (gpt1.pipeline.clock): the stage's phases, the loop's among them (in pytest's
+    # process: without the CLI's start and setup)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_env)
+    [run] = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                               "tags.`gpt1.stage` = 'pretrain-lstm'")
+    phases = run.data.tags["gpt1.phases"].split(",")  # in the order first marked: a snapshot follows update 1
+    assert phases[:3] == ["load", "open", "first_update"] and phases[-2:] == ["write", "log"]
+    assert sorted(phases[3:-2]) == ["evaluate", "save", "update"]
+    assert all(run.data.metrics[f"time.{p}_s"] >= 0 for p in [*phases, "process"])
     assert metrics["tokens"] == 4 * 2 * cfg.section("model")["n_ctx"]
     model, meta = load_pretrained(tmp_path / "lstm")
     assert isinstance(model, LSTMLM) and meta["kind"] == "lstm"
@@ -578,3 +589,61 @@ def test_every_micro_batch_of_every_update_draws_its_own_dropout():
     seeds = {micro_seed(0, step, index) for step in range(50) for index in range(8)}
     assert len(seeds) == 400
     assert seeds.isdisjoint(micro_seed(1, step, index) for step in range(50) for index in range(8))
+
+
+class RecordingRun:
+    """A StageRun's log_steps, recorded: when each write came and what it held; `fail` makes every write raise."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.writes: list[tuple[float, list[tuple[dict[str, float], int]]]] = []
+        self.fail = fail
+
+    def log_steps(self, rows, timestamps=None) -> None:
+        if self.fail:
+            raise RuntimeError("database is locked")
+        rows = list(rows)
+        self.writes.append((time.monotonic(), [(m, step, stamp) for (m, step), stamp in
+                                                zip(rows, timestamps or [None] * len(rows), strict=True)]))
+
+
+def test_the_metric_sink_writes_seldom_everything_in_order_and_close_writes_the_rest() -> None:
+    """At most one write every `every` seconds (the thread sleeps in between, leaving the interpreter to the loop:
+    bench/metric_sink.py), each holding all that queued since; close() writes what is left without waiting."""
+    from gpt1.stages.pretrain import MetricSink
+
+    run = RecordingRun()
+    sink = MetricSink(run, every=0.2)
+    started = time.monotonic()
+    for step in range(1, 61):  # ~0.6 s of updates
+        sink.log({"train_loss": 1.0 / step}, step)
+        time.sleep(0.01)
+    tick = time.monotonic()
+    sink.close()
+    assert time.monotonic() - tick < 0.15 and sink.thread is None
+    assert [step for _, rows in run.writes for _, step, _ in rows] == list(range(1, 61))
+    assert 2 <= len(run.writes) <= (tick - started) / 0.2 + 2  # one a period, and close()'s
+    stamps = [stamp for _, rows in run.writes for _, _, stamp in rows]  # each step's own time, not its write's
+    assert stamps == sorted(stamps) and len(set(stamps)) > len(run.writes)
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(run.writes)]
+    assert all(gap >= 0.15 for gap in gaps[:-1])  # the last write is close()'s, whenever it comes
+
+
+def test_the_metric_sink_warns_once_when_mlflow_fails_and_the_loop_goes_on() -> None:
+    from gpt1.stages.pretrain import MetricSink
+
+    sink = MetricSink(RecordingRun(fail=True), every=0.05)
+    with pytest.warns(UserWarning, match="MLflow logging failed, training goes on: database is locked") as warned:
+        for step in range(1, 11):
+            sink.log({"train_loss": 1.0}, step)
+            time.sleep(0.02)
+        sink.close()
+    assert len(warned) == 1
+
+
+def test_without_a_run_the_metric_sink_starts_no_thread() -> None:
+    from gpt1.stages.pretrain import MetricSink
+
+    sink = MetricSink(None)
+    sink.log({"train_loss": 1.0}, 1)
+    sink.close()
+    assert sink.thread is None

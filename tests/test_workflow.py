@@ -250,3 +250,13 @@ def test_the_job_phases_bench_says_what_is_missing(tmp_path):
     assert done.stderr.strip() == (f"job_phases: {tmp_path}/pretrain/gpt, {tmp_path}/tasks/rte missing: run the "
                                    "pipeline first (e.g. snakemake --cores all --config profile=smoke), or give "
                                    "--results")
+
+
+def test_the_metric_sink_bench_times_the_loop_with_each_sink(smoke_run, tmp_path):
+    """bench/metric_sink.py on the smoke run: the GPT's own pre-training loop, once with each sink, in this process."""
+    from bench.metric_sink import SINKS, markdown, measure
+
+    root, _, _ = smoke_run
+    found = measure(root / "results" / "smoke", 20, 1, tmp_path)
+    assert set(found["speeds"]) == set(SINKS) and all(len(v) == 1 and v[0] > 0 for v in found["speeds"].values())
+    assert found["ratio"] > 0 and "MetricSink / EagerSink: **" in markdown(found)

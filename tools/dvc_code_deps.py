@@ -5,6 +5,11 @@ written out and this keeps them exact:
 
     .venv/bin/python tools/dvc_code_deps.py --check    # exit 1, naming each stage's missing and extra files
     .venv/bin/python tools/dvc_code_deps.py --write    # rewrite those lists; every other byte stays as it is
+    .venv/bin/python tools/dvc_code_deps.py --lock     # then dvc.lock's gpt1/ entries: this tree's md5 and size
+
+`--lock` records in dvc.lock the code as it now is, as `dvc commit` would in a tree holding the outputs: only for a
+change that leaves every output's bytes as they were (the smoke digests say so: tests/test_workflow.py). A change
+meant to change results re-runs the pipeline instead, whose `dvc commit` writes dvc.lock whole.
 
 A stage's command is the word after `gpt1.sh` (and its options) in its `cmd`. The `gpt1/` entries of a stage's
 `deps:` are replaced where the first of them stood; comments and the other deps are not touched.
@@ -13,6 +18,7 @@ A stage's command is the word after `gpt1.sh` (and its options) in its `cmd`. Th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 from pathlib import Path
@@ -100,14 +106,49 @@ def rewrite(text: str, package_dir: Path = PACKAGE_DIR) -> str:
     return "".join(lines)
 
 
+def code_entry(path: str, root: Path) -> dict[str, object]:
+    """A dvc.lock dep for a file of the tree, as DVC 3 records it."""
+    data = (root / path).read_bytes()
+    return {"path": path, "hash": "md5", "md5": hashlib.md5(data).hexdigest(), "size": len(data)}
+
+
+def relock(lock_path: Path, dvc_yaml: Path, root: Path = REPO) -> int:
+    """Rewrite `lock_path`'s `gpt1/` deps of every locked stage (a foreach stage's `name@item` too) to dvc.yaml's
+    list for it, with this tree's md5 and size, in DVC's order and format; every other entry as it was. Returns the
+    number of entries that changed (added, removed or rehashed)."""
+    from dvc.utils.serialize import dump_yaml, parse_yaml_for_update
+
+    listed = code_deps(dvc_yaml.read_text())
+    lock = parse_yaml_for_update(lock_path.read_text(), str(lock_path))
+    changed = 0
+    for name, stage in lock["stages"].items():
+        old = {d["path"]: d for d in stage["deps"] if d["path"].startswith(CODE_PREFIX)}
+        new = [code_entry(path, root) for path in listed[name.split("@")[0]]]
+        changed += sum(old.get(d["path"]) != d for d in new) + len(old.keys() - {d["path"] for d in new})
+        others = [d for d in stage["deps"] if not d["path"].startswith(CODE_PREFIX)]
+        stage["deps"] = sorted([*new, *others], key=lambda d: d["path"])
+    dump_yaml(lock_path, lock)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--check", action="store_true", help="exit 1 where a stage's gpt1/ deps differ")
     action.add_argument("--write", action="store_true", help="rewrite the gpt1/ deps of every stage")
+    action.add_argument("--lock", action="store_true",
+                        help="re-record dvc.lock's gpt1/ deps from this tree (a change that moves no output)")
     parser.add_argument("--dvc-yaml", type=Path, default=REPO / "dvc.yaml", help="default: this checkout's")
     args = parser.parse_args(argv)
     text = args.dvc_yaml.read_text()
+    if args.lock:
+        if found := differences(text):
+            print(f"{args.dvc_yaml}: stages {', '.join(found)} list other code than they import; run --write first",
+                  file=sys.stderr)
+            return 1
+        lock = args.dvc_yaml.with_name("dvc.lock")
+        print(f"{lock}: {relock(lock, args.dvc_yaml, args.dvc_yaml.parent)} code entries re-recorded")
+        return 0
     if args.write:
         args.dvc_yaml.write_text(rewrite(text))
         return 0

@@ -235,8 +235,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> NoReturn:
     """`gpt1` and `python -m gpt1`: `main`, then the exit without the interpreter's last collection, which walks every
-    object torch, MLflow and their imports made (1.4 s of a 7.6 s smoke fine-tuning job: bench/job_phases.py). Frozen,
-    they are left to the OS; atexit's handlers still run, and every output was written and closed before."""
+    object torch, MLflow and their imports made (1.3-1.7 s of a 10 s smoke fine-tuning job: bench/job_phases.py).
+    Frozen, they are left to the OS: atexit's handlers still run and the streams are flushed, but garbage held in
+    reference cycles is not finalised, so nothing may leave a file to a __del__ (every output is written and closed
+    before)."""
     code = main()
     gc.freeze()
     sys.exit(code)

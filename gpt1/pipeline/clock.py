@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -15,15 +16,19 @@ PHASE_PREFIX = "time."  # an MLflow metric time.<phase>_s
 PHASES_TAG = "gpt1.phases"  # the run's phases in their order (MLflow keeps no order of metrics)
 
 
-def process_age(proc: Path = PROC) -> float | None:
-    """Seconds since the OS started this process: the system's uptime less the process's start tick (Linux's /proc,
-    10 ms resolution); None where /proc cannot say."""
+def boot_seconds() -> float:
+    """Seconds since the system booted, on the clock the kernel stamps a process's start with."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def process_age(stat: Path = PROC / "self" / "stat", now: Callable[[], float] = boot_seconds) -> float | None:
+    """Seconds since the OS started this process: the time since boot less the process's start tick, field 22 of
+    /proc/self/stat (Linux; 10 ms ticks); None where it cannot say."""
     try:
-        uptime = float((proc / "uptime").read_text().split()[0])
-        # Field 22 of /proc/self/stat, counted after the command name's ')': a name may hold spaces and parentheses
-        start_ticks = int((proc / "self" / "stat").read_text().rsplit(")", 1)[1].split()[19])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
+        # counted after the command name's ')': a name may hold spaces and parentheses
+        start_ticks = int(stat.read_text().rsplit(")", 1)[1].split()[19])
+        return max(0.0, now() - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no CLOCK_BOOTTIME (not Linux)
         return None
 
 
@@ -57,4 +62,4 @@ class PhaseClock:
 # The process's clock: the CLI and the stage it runs mark it.
 PROCESS = PhaseClock(process_age())
 
-__all__ = ["PHASES_TAG", "PHASE_PREFIX", "PROCESS", "PhaseClock", "process_age"]
+__all__ = ["PHASES_TAG", "PHASE_PREFIX", "PROCESS", "PhaseClock", "boot_seconds", "process_age"]

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,13 +214,16 @@ class StageRun:
         self.log_metrics(metrics)
         self.set_tags({PHASES_TAG: ",".join(phases)})
 
-    def log_steps(self, rows: Iterable[tuple[Mapping[str, float], int]]) -> None:
+    def log_steps(self, rows: Iterable[tuple[Mapping[str, float], int]], timestamps: Sequence[int] | None = None
+                  ) -> None:
         """Many steps' metrics, (metrics, step) each, in as few writes as MLflow allows (a write per step costs
-        more than a small training update)."""
+        more than a small training update); `timestamps`: each row's time (ms since the epoch), else the write's."""
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for metrics, step in rows for k, v in metrics.items()]
+        rows = list(rows)
+        stamps = timestamps if timestamps is not None else [int(time.time() * 1000)] * len(rows)
+        batch = [Metric(k, float(v), stamp, step) for (metrics, step), stamp in zip(rows, stamps, strict=True)
+                 for k, v in metrics.items()]
         for start in range(0, len(batch), METRICS_PER_BATCH):
             retry(lambda chunk=batch[start : start + METRICS_PER_BATCH]: self.client.log_batch(self.run_id,
                                                                                                  metrics=chunk))

@@ -73,6 +73,7 @@ def layers_stage(cfg: Config, task: str, seed: int, pretrained_dir: Path, tokeni
               "layers": cfg.section("layers")}
     with published_run("layers", cfg, params, name=f"layers {task} seed{seed}") as run:
         run.set_tags({"gpt1.task": task, "gpt1.seed": seed})
+        PROCESS.lap("open")  # the store checked, the run opened, its params and tags logged
         first = None
         for k in range(n_layer + 1):
             result = finetune_run(settings, task, "pretrained", seed, pretrained_dir, tokenizer_dir, transfer_layers=k,

@@ -13,6 +13,7 @@ import os
 import queue
 import shutil
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gpt1.modeling.checkpoints import save_weights, snapshot_name
 from gpt1.modeling.model import flops_per_token
 from gpt1.pipeline import layout, records
+from gpt1.pipeline.clock import PROCESS
 from gpt1.pipeline.config import pretrain_settings
 from gpt1.pipeline.files import (
     file_record,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from gpt1.pipeline.tracking import StageRun
 
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
+WRITE_EVERY_S = 1.0  # MetricSink: at most one MLflow write a second while training
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -45,43 +48,49 @@ CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexit
 class MetricSink:
     """Per-update metrics to MLflow from a background thread, so the training loop never waits for sqlite.
 
-    One write costs ~20 ms, longer than a small update; the thread therefore sends everything queued since its last
-    write as one batch (many steps, one transaction). Failures warn once and never stop training."""
+    One write costs ~20 ms of Python (SQLAlchemy), longer than a small update, and a thread writing holds the
+    interpreter's lock the loop needs: writing whatever had queued as soon as the last write ended, it kept busy and
+    halved a small model's updates (bench/metric_sink.py). So it writes at most once every `every` seconds, sleeping
+    in between (which leaves the lock to the loop), everything queued since as one batch; `close` writes the rest.
+    Failures warn once and never stop training."""
 
-    def __init__(self, run: StageRun | None) -> None:
-        self.run = run
+    def __init__(self, run: StageRun | None, every: float = WRITE_EVERY_S) -> None:
+        self.run, self.every = run, every
         self.queue: queue.Queue = queue.Queue()
+        self.closing = threading.Event()
         self.warned = False
         self.thread = threading.Thread(target=self._work, daemon=True) if run is not None else None
         if self.thread:
             self.thread.start()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        if self.thread:
-            self.queue.put((metrics, step))
+        if self.thread:  # stamped now: a write holds a second of steps, each at its own time in MLflow
+            self.queue.put((metrics, step, int(time.time() * 1000)))
 
     def _work(self) -> None:
         while True:
-            items = [self.queue.get()]
+            closing = self.closing.wait(self.every)  # set by close(): nothing more will be queued
+            items = []
             with contextlib.suppress(queue.Empty):
                 while True:
                     items.append(self.queue.get_nowait())
-            stop = items[-1] is None  # close() queues None last
-            self._write([item for item in items if item is not None])
-            if stop:
+            if items:
+                self._write(items)
+            if closing:
                 return
 
-    def _write(self, items: list[tuple[dict[str, float], int]]) -> None:
+    def _write(self, items: list[tuple[dict[str, float], int, int]]) -> None:
         try:
-            self.run.log_steps(items)
+            self.run.log_steps([(metrics, step) for metrics, step, _ in items], [stamp for *_, stamp in items])
         except Exception as err:
             if not self.warned:
                 warnings.warn(f"MLflow logging failed, training goes on: {err}", stacklevel=1)
                 self.warned = True
 
     def close(self) -> None:
+        """Write what is still queued, then stop the thread."""
         if self.thread:
-            self.queue.put(None)
+            self.closing.set()
             self.thread.join()
             self.thread = None
 
@@ -136,12 +145,14 @@ def run_training(job: PretrainJob, run: StageRun | None = None) -> dict[str, Any
     and return the final metrics."""
     sink = MetricSink(run)
     try:
-        train(job, sink.log)
+        train(job, sink.log, PROCESS.lap)
     finally:
         sink.close()
     if not job.rt.is_main:
         return {}
-    return finish(job, run)
+    metrics = finish(job, run)
+    PROCESS.lap("write")  # the queued metrics, the outputs, their logs
+    return metrics
 
 
 def finish(job: PretrainJob, run: StageRun | None) -> dict[str, Any]:
@@ -229,6 +240,7 @@ def pretrain_stage(cfg: Config, model_kind: str, ids_dir: Path, tokenizer_dir: P
     rt = init_runtime()
     try:
         job = prepare(cfg, model_kind, Path(ids_dir), Path(tokenizer_dir), Path(out_dir), rt)
+        PROCESS.lap("load")  # the ids, the model on the device, a checkpoint to resume from
         if not rt.is_main:
             return run_training(job)
         if job.resumed_from == 0:  # files of a run killed before its first checkpoint are not a checkpoint
@@ -240,8 +252,10 @@ def pretrain_stage(cfg: Config, model_kind: str, ids_dir: Path, tokenizer_dir: P
         with published_run(f"pretrain-{model_kind}", cfg, _params(job), name=f"pretrain {model_kind}") as run:
             run.set_tags({"gpt1.tokenizer_sha256": job.tokenizer_sha256, "gpt1.resumed_from_step": job.resumed_from})
             _log_inputs(run, job, Path(ids_dir))
+            PROCESS.lap("open")  # the store checked, the run opened, its params, tags and inputs logged
             metrics = run_training(job, run)
             _log_model(run, job, Path(tokenizer_dir), metrics, f"{cfg.experiment}-{cfg.profile}-{model_kind}")
+            run.log_times("log")  # the model to MLflow and its registry
         clear_up(job)
         return metrics
     finally:

@@ -350,10 +350,13 @@ def _validation(job: PretrainJob, evaluator: nn.Module, offsets: torch.Tensor) -
     return evaluate(evaluator, job.val_ids.ids, offsets, job.plan.micro_batch, job.plan.n_ctx, job.rt, job.dtype)
 
 
-def train(job: PretrainJob, log: Callable[[dict[str, float], int], None] | None = None) -> Progress:
+def train(job: PretrainJob, log: Callable[[dict[str, float], int], None] | None = None,
+          mark: Callable[[str], None] = lambda phase: None) -> Progress:
     """Train from job.progress to plan.total_steps, evaluating, snapshotting (into the resume folder) and
-    checkpointing on the way; `log(metrics, step)` receives every update's and evaluation's numbers. Returns the
-    progress, whose curves and snapshots the stage writes out."""
+    checkpointing on the way; `log(metrics, step)` receives every update's and evaluation's numbers, `mark(phase)`
+    each phase as it ends (a stage's clock, gpt1.pipeline.clock): `first_update` (a compile's, on CUDA), `update`,
+    `evaluate`, `save` (snapshots and checkpoints). Returns the progress, whose curves and snapshots the stage writes
+    out."""
     plan, rt, p = job.plan, job.rt, job.pretrain
     model, evaluator = wrap(job)
     model.train()
@@ -363,13 +366,14 @@ def train(job: PretrainJob, log: Callable[[dict[str, float], int], None] | None 
     bar = tqdm(total=plan.total_steps, initial=job.progress.step, desc=f"pretrain {job.kind}", unit="step",
                disable=not rt.is_main, dynamic_ncols=True)
     progress, started = job.progress, time.perf_counter()
-    previous_wall = progress.wall_seconds
+    previous_wall, first = progress.wall_seconds, progress.step
     try:
         for step in range(progress.step, plan.total_steps):
             lr = job.scheduler.get_last_lr()[0]
             tick = time.perf_counter()
             loss = train_update(job, model, step)
             seconds = time.perf_counter() - tick
+            mark("first_update" if step == first else "update")
             done = step + 1
             progress.step, progress.interval_loss, progress.interval_updates = (
                 done, progress.interval_loss + loss, progress.interval_updates + 1)
@@ -381,12 +385,14 @@ def train(job: PretrainJob, log: Callable[[dict[str, float], int], None] | None 
             val_loss = None
             if done in snapshot_index or done % p["eval_every"] == 0 or done == plan.total_steps:
                 val_loss = _validation(job, evaluator, val_offsets)
+                mark("evaluate")
             if done in snapshot_index and rt.is_main:
                 path = job.resume_dir / layout.SNAPSHOTS / snapshot_name(snapshot_index[done])
                 atomic_write(path, lambda f, d=done: save_weights(job.raw, f, job.metadata(d)))
                 progress.snapshots.append({"index": snapshot_index[done], "step": done,
                                            "tokens": done * plan.tokens_per_step, "val_loss": val_loss,
                                            **file_record(path)})
+                mark("save")
             if done % p["eval_every"] == 0 or done == plan.total_steps:
                 row = {"step": done, "tokens": done * plan.tokens_per_step, "lr": lr,
                        "train_loss": progress.interval_loss / progress.interval_updates,
@@ -398,6 +404,7 @@ def train(job: PretrainJob, log: Callable[[dict[str, float], int], None] | None 
                 save_checkpoint(job.resume_dir, done, job.raw, job.optimizer, job.scheduler, job.sampler, progress,
                                 job.settings, job.metadata(done))
                 job.last_checkpoint = done
+                mark("save")
     finally:
         bar.close()
     return progress
