@@ -62,7 +62,9 @@ def one_loop(results: Path, steps: int, sink: type[MetricSink], work: Path) -> f
                  f"pretrain.checkpoint_every={steps}"]
     cfg = load_config(layout_params(), "smoke", overrides)
     job = prepare(cfg, "gpt", results / layout.IDS, results / layout.TOKENIZER, work / "out", init_runtime())
-    before = os.environ.get("MLFLOW_TRACKING_URI")
+    import mlflow
+
+    before, uri = os.environ.get("MLFLOW_TRACKING_URI"), mlflow.get_tracking_uri()
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"  # the store stage_run opens
     try:
         with stage_run("bench-metric-sink", cfg.profile, cfg.experiment, {}) as run:
@@ -71,11 +73,12 @@ def one_loop(results: Path, steps: int, sink: type[MetricSink], work: Path) -> f
                 progress = train(job, logger.log)
             finally:
                 logger.close()
-    finally:
+    finally:  # as they were: the variable, and MLflow's own setting, which stage_run sets
         if before is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
             os.environ["MLFLOW_TRACKING_URI"] = before
+        mlflow.set_tracking_uri(uri)
     return steps / progress.wall_seconds
 
 

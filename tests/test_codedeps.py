@@ -162,9 +162,10 @@ def test_tool_lock_re_records_the_changed_code_alone_in_dvcs_format(tmp_path):
         shutil.copy(REPO / name, tree / name)
     run = [sys.executable, str(TOOL), "--dvc-yaml", str(tree / "dvc.yaml"), "--lock"]
     subprocess.run(run, check=True, capture_output=True)  # as this tree's code now is
-    recorded = yaml.safe_load((tree / "dvc.lock").read_text())
+    recorded, written = yaml.safe_load((tree / "dvc.lock").read_text()), (tree / "dvc.lock").read_bytes()
     again = subprocess.run(run, check=True, capture_output=True, text=True)
     assert again.stdout.strip().endswith("0 code entries re-recorded")
+    assert (tree / "dvc.lock").read_bytes() == written  # DVC's own format, byte for byte
     with open(tree / "gpt1" / "stages" / "bpe.py", "a") as handle:
         handle.write("# a comment\n")
     moved = subprocess.run(run, check=True, capture_output=True, text=True)
@@ -180,10 +181,26 @@ def test_tool_lock_re_records_the_changed_code_alone_in_dvcs_format(tmp_path):
     assert {k: v for k, v in after.items() if k != "stages"} == {k: v for k, v in recorded.items() if k != "stages"}
 
 
+def test_tool_lock_refuses_a_locked_stage_dvc_yaml_no_longer_has(tmp_path):
+    lock = yaml.safe_load((REPO / "dvc.lock").read_text())
+    lock["stages"]["gone@x"] = lock["stages"]["bpe"]
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copytree(REPO / "gpt1", tmp_path / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
+    before = (tmp_path / "dvc.lock").read_bytes()
+    done = subprocess.run([sys.executable, str(TOOL), "--dvc-yaml", str(tmp_path / "dvc.yaml"), "--lock"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"{tmp_path / 'dvc.lock'}: stage gone@x is not in {tmp_path / 'dvc.yaml'}: "
+                                   "`dvc repro` or `dvc remove` it first")
+    assert (tmp_path / "dvc.lock").read_bytes() == before
+
+
 def test_tool_lock_refuses_a_dvc_yaml_whose_lists_are_stale(tmp_path):
     path = tmp_path / "dvc.yaml"
     path.write_text((REPO / "dvc.yaml").read_text().replace("      - gpt1/data/textnorm.py\n", "", 1))
     shutil.copy(REPO / "dvc.lock", tmp_path / "dvc.lock")
+    shutil.copytree(REPO / "gpt1", tmp_path / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, str(TOOL), "--dvc-yaml", str(path), "--lock"], capture_output=True,
                           text=True)
     assert done.returncode == 1 and "list other code than they import; run --write first" in done.stderr

@@ -8,8 +8,9 @@ written out and this keeps them exact:
     .venv/bin/python tools/dvc_code_deps.py --lock     # then dvc.lock's gpt1/ entries: this tree's md5 and size
 
 `--lock` records in dvc.lock the code as it now is, as `dvc commit` would in a tree holding the outputs: only for a
-change that leaves every output's bytes as they were (the smoke digests say so: tests/test_workflow.py). A change
-meant to change results re-runs the pipeline instead, whose `dvc commit` writes dvc.lock whole.
+change that leaves every output's bytes as they were (the smoke digests, tests/test_workflow.py, are the evidence for
+the smoke profile; a change to a path the smoke run does not take, CUDA's, needs its own). A change meant to change
+results re-runs the pipeline instead, whose `dvc commit` writes dvc.lock whole.
 
 A stage's command is the word after `gpt1.sh` (and its options) in its `cmd`. The `gpt1/` entries of a stage's
 `deps:` are replaced where the first of them stood; comments and the other deps are not touched.
@@ -122,10 +123,13 @@ def relock(lock_path: Path, dvc_yaml: Path, root: Path = REPO) -> int:
     lock = parse_yaml_for_update(lock_path.read_text(), str(lock_path))
     changed = 0
     for name, stage in lock["stages"].items():
-        old = {d["path"]: d for d in stage["deps"] if d["path"].startswith(CODE_PREFIX)}
-        new = [code_entry(path, root) for path in listed[name.split("@")[0]]]
+        if (base := name.split("@")[0]) not in listed:  # a foreach or matrix stage's name@item
+            raise SystemExit(f"{lock_path}: stage {name} is not in {dvc_yaml}: `dvc repro` or `dvc remove` it first")
+        deps = stage.get("deps", [])
+        old = {d["path"]: d for d in deps if d["path"].startswith(CODE_PREFIX)}
+        new = [code_entry(path, root) for path in listed[base]]
         changed += sum(old.get(d["path"]) != d for d in new) + len(old.keys() - {d["path"] for d in new})
-        others = [d for d in stage["deps"] if not d["path"].startswith(CODE_PREFIX)]
+        others = [d for d in deps if not d["path"].startswith(CODE_PREFIX)]
         stage["deps"] = sorted([*new, *others], key=lambda d: d["path"])
     dump_yaml(lock_path, lock)
     return changed
@@ -142,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = args.dvc_yaml.read_text()
     if args.lock:
-        if found := differences(text):
+        package = args.dvc_yaml.parent / "gpt1"  # the tree whose files it hashes
+        if not package.is_dir():
+            print(f"{args.dvc_yaml}: no gpt1/ beside it to record; give the dvc.yaml of a checkout", file=sys.stderr)
+            return 1
+        if found := differences(text, package):
             print(f"{args.dvc_yaml}: stages {', '.join(found)} list other code than they import; run --write first",
                   file=sys.stderr)
             return 1
