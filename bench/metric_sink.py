@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.pipeline import layout
-from gpt1.stages.pretrain import MetricSink
+from gpt1.pipeline.tracking import MetricSink
 
 
 class EagerSink(MetricSink):
@@ -52,16 +52,16 @@ SINKS: dict[str, type[MetricSink]] = {"MetricSink": MetricSink, "EagerSink (befo
 
 def one_loop(results: Path, steps: int, sink: type[MetricSink], work: Path) -> float:
     """Updates a second of one pre-training loop of the smoke GPT, from a fresh job, logging through `sink`."""
-    from gpt1.pipeline.config import load_config
+    from gpt1.pipeline.config import load_config, pretrain_settings
     from gpt1.pipeline.tracking import stage_run
-    from gpt1.stages.pretrain import prepare
-    from gpt1.training.pretraining import train
+    from gpt1.training.pretraining import build_job, train
     from gpt1.training.runtime import init_runtime
 
     overrides = [f"pretrain.max_steps={steps}", "pretrain.epochs=1000", f"pretrain.eval_every={steps}",
                  f"pretrain.checkpoint_every={steps}"]
     cfg = load_config(layout_params(), "smoke", overrides)
-    job = prepare(cfg, "gpt", results / layout.IDS, results / layout.TOKENIZER, work / "out", init_runtime())
+    job = build_job("gpt", cfg.section("model"), pretrain_settings(cfg, "gpt"), results / layout.IDS,
+                    results / layout.TOKENIZER, work / "out", init_runtime())  # as the stage builds it
     import mlflow
 
     before, uri = os.environ.get("MLFLOW_TRACKING_URI"), mlflow.get_tracking_uri()

@@ -609,7 +609,7 @@ class RecordingRun:
 def test_the_metric_sink_writes_seldom_everything_in_order_and_close_writes_the_rest() -> None:
     """At most one write every `every` seconds (the thread sleeps in between, leaving the interpreter to the loop:
     bench/metric_sink.py), each holding all that queued since; close() writes what is left without waiting."""
-    from gpt1.stages.pretrain import MetricSink
+    from gpt1.pipeline.tracking import MetricSink
 
     run = RecordingRun()
     sink = MetricSink(run, every=0.2)
@@ -629,7 +629,7 @@ def test_the_metric_sink_writes_seldom_everything_in_order_and_close_writes_the_
 
 
 def test_the_metric_sink_warns_once_when_mlflow_fails_and_the_loop_goes_on() -> None:
-    from gpt1.stages.pretrain import MetricSink
+    from gpt1.pipeline.tracking import MetricSink
 
     sink = MetricSink(RecordingRun(fail=True), every=0.05)
     with pytest.warns(UserWarning, match="MLflow logging failed, training goes on: database is locked") as warned:
@@ -641,7 +641,7 @@ def test_the_metric_sink_warns_once_when_mlflow_fails_and_the_loop_goes_on() -> 
 
 
 def test_without_a_run_the_metric_sink_starts_no_thread() -> None:
-    from gpt1.stages.pretrain import MetricSink
+    from gpt1.pipeline.tracking import MetricSink
 
     sink = MetricSink(None)
     sink.log({"train_loss": 1.0}, 1)

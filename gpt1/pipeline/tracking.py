@@ -22,11 +22,14 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +79,7 @@ VIEW_METRICS = ("ppl_gpt", "ppl_lstm", "glue", "glue_scratch", "race", "t5_no_au
 UI_BASE = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 DIGEST_CHARS = 32  # MLflow stores a dataset digest in 36 characters (PostgreSQL enforces it); the full hash is a tag
 # Stores with a model registry: a database, a server, Databricks (a file store under ./mlruns has none).
+WRITE_EVERY_S = 1.0  # MetricSink: at most one write a second while a loop trains
 REGISTRY_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 # What a logged model needs to run (pinned to what logged it); given, not inferred: inference loads the model in a
 # subprocess, seconds for every fine-tuning job.
@@ -299,6 +303,57 @@ class StageRun:
         with _quiet_mlflow():
             version = retry(lambda: mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in tags.items()}))
         return str(version.version)
+
+
+class MetricSink:
+    """Per-update metrics to MLflow from a background thread, so a training loop (pre-training's) never waits for
+    sqlite.
+
+    One write costs ~20 ms of Python (SQLAlchemy), longer than a small update, and a thread writing holds the
+    interpreter's lock the loop needs: writing whatever had queued as soon as the last write ended, it kept busy and
+    halved a small model's updates (bench/metric_sink.py). So it writes at most once every `every` seconds, sleeping
+    in between (which leaves the lock to the loop), everything queued since as one batch; `close` writes the rest.
+    Failures warn once and never stop training."""
+
+    def __init__(self, run: StageRun | None, every: float = WRITE_EVERY_S) -> None:
+        self.run, self.every = run, every
+        self.queue: queue.Queue = queue.Queue()
+        self.closing = threading.Event()
+        self.warned = False
+        self.thread = threading.Thread(target=self._work, daemon=True) if run is not None else None
+        if self.thread:
+            self.thread.start()
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.thread:  # stamped now: a write holds a second of steps, each at its own time in MLflow
+            self.queue.put((metrics, step, int(time.time() * 1000)))
+
+    def _work(self) -> None:
+        while True:
+            closing = self.closing.wait(self.every)  # set by close(): nothing more will be queued
+            items = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    items.append(self.queue.get_nowait())
+            if items:
+                self._write(items)
+            if closing:
+                return
+
+    def _write(self, items: list[tuple[dict[str, float], int, int]]) -> None:
+        try:
+            self.run.log_steps([(metrics, step) for metrics, step, _ in items], [stamp for *_, stamp in items])
+        except Exception as err:
+            if not self.warned:
+                warnings.warn(f"MLflow logging failed, training goes on: {err}", stacklevel=1)
+                self.warned = True
+
+    def close(self) -> None:
+        """Write what is still queued, then stop the thread."""
+        if self.thread:
+            self.closing.set()
+            self.thread.join()
+            self.thread = None
 
 
 def dataset_source(source: str) -> Any:

@@ -7,14 +7,9 @@ thread, the finished model logged and, for the GPT, registered. Resumes an inter
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import queue
 import shutil
-import threading
-import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,61 +33,6 @@ if TYPE_CHECKING:
     from gpt1.pipeline.tracking import StageRun
 
 CURVE_FIELDS = ("step", "tokens", "lr", "train_loss", "val_loss", "val_perplexity")
-WRITE_EVERY_S = 1.0  # MetricSink: at most one MLflow write a second while training
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Logging
-
-
-class MetricSink:
-    """Per-update metrics to MLflow from a background thread, so the training loop never waits for sqlite.
-
-    One write costs ~20 ms of Python (SQLAlchemy), longer than a small update, and a thread writing holds the
-    interpreter's lock the loop needs: writing whatever had queued as soon as the last write ended, it kept busy and
-    halved a small model's updates (bench/metric_sink.py). So it writes at most once every `every` seconds, sleeping
-    in between (which leaves the lock to the loop), everything queued since as one batch; `close` writes the rest.
-    Failures warn once and never stop training."""
-
-    def __init__(self, run: StageRun | None, every: float = WRITE_EVERY_S) -> None:
-        self.run, self.every = run, every
-        self.queue: queue.Queue = queue.Queue()
-        self.closing = threading.Event()
-        self.warned = False
-        self.thread = threading.Thread(target=self._work, daemon=True) if run is not None else None
-        if self.thread:
-            self.thread.start()
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        if self.thread:  # stamped now: a write holds a second of steps, each at its own time in MLflow
-            self.queue.put((metrics, step, int(time.time() * 1000)))
-
-    def _work(self) -> None:
-        while True:
-            closing = self.closing.wait(self.every)  # set by close(): nothing more will be queued
-            items = []
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    items.append(self.queue.get_nowait())
-            if items:
-                self._write(items)
-            if closing:
-                return
-
-    def _write(self, items: list[tuple[dict[str, float], int, int]]) -> None:
-        try:
-            self.run.log_steps([(metrics, step) for metrics, step, _ in items], [stamp for *_, stamp in items])
-        except Exception as err:
-            if not self.warned:
-                warnings.warn(f"MLflow logging failed, training goes on: {err}", stacklevel=1)
-                self.warned = True
-
-    def close(self) -> None:
-        """Write what is still queued, then stop the thread."""
-        if self.thread:
-            self.closing.set()
-            self.thread.join()
-            self.thread = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -143,6 +83,8 @@ def prepare(cfg: Config, kind: str, ids_dir: Path, tokenizer_dir: Path, out_dir:
 def run_training(job: PretrainJob, run: StageRun | None = None) -> dict[str, Any]:
     """Train (per-update metrics to MLflow `run` from a background thread); on the main process write the outputs
     and return the final metrics."""
+    from gpt1.pipeline.tracking import MetricSink
+
     sink = MetricSink(run)
     try:
         train(job, sink.log, PROCESS.lap)
@@ -264,7 +206,6 @@ def pretrain_stage(cfg: Config, model_kind: str, ids_dir: Path, tokenizer_dir: P
 
 __all__ = [
     "CURVE_FIELDS",
-    "MetricSink",
     "clear_up",
     "declared_outputs",
     "finish",
