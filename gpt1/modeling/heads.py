@@ -172,6 +172,10 @@ class Losses:
     clf: torch.Tensor  # L2
     lm: torch.Tensor  # L1
 
+    def parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L3, L2, L1 as a tuple: what a compiled or recorded loss returns (tensors, not a dataclass)."""
+        return self.total, self.clf, self.lm
+
 
 class FinetuneModel(nn.Module):
     """A pre-trained language model (GPT or LSTM) plus one task head; one pass gives both the task outputs and

@@ -334,14 +334,12 @@ class FastUpdates(abc.ABC):
     def eager_losses(self, batch: Batch, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """L3, L2, L1 of a batch of any shape (an epoch's last, smaller batch), without a graph."""
         with forward_context(self.device, self.dtype, cache):
-            losses, _ = compute_losses(self.model, batch, self.recipe.lm_weight)
-        return losses.total, losses.clf, losses.lm
+            return compute_losses(self.model, batch, self.recipe.lm_weight)[0].parts()
 
     def static_losses(self, batch: Batch, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """L3, L2, L1 of a batch of the batch size through `heads.static_losses`, whose shapes a graph can replay."""
         with forward_context(self.device, self.dtype, cache):
-            losses = static_losses(self.model, batch, self.recipe.lm_weight)
-        return losses.total, losses.clf, losses.lm
+            return static_losses(self.model, batch, self.recipe.lm_weight).parts()
 
     @abc.abstractmethod
     def update(self, cpu_batch: Batch, lr: float, into: torch.Tensor, full: bool) -> None:
@@ -372,8 +370,7 @@ class GraphedUpdates(FastUpdates):
         """`static_losses` as dynamo traces it: autocast inside, the attention kernels' order around the call
         (`update`), which the trace takes its kernel from."""
         with autocast(self.device, self.dtype):
-            losses = static_losses(self.model, Batch(tokens, lengths, labels, per_example), self.recipe.lm_weight)
-        return losses.total, losses.clf, losses.lm
+            return static_losses(self.model, Batch(tokens, lengths, labels, per_example), self.recipe.lm_weight).parts()
 
     def update(self, cpu_batch: Batch, lr: float, into: torch.Tensor, full: bool) -> None:
         """One update at rate `lr`; its L3, L2 and L1 copied into `into` on the device."""
