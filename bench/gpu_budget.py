@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import MIRROR, REPO, machine
+from bench.gpu.dag_prepare import default_jobs
 from gpt1.data.rows import eval_cap, layer_caps, load_examples, mirror_splits, train_cap
 from gpt1.data.tasks import get_task
 from gpt1.data.tokenizer import GPT1Tokenizer, load_released
@@ -89,9 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="assumed torch.compile at pre-training's start, s")
     parser.add_argument("--graphs-compile-s", type=float, default=45.0,
                         help="assumed compile and capture at a fine-tuning job's start with CUDA graphs on, s")
-    parser.add_argument("--jobs-at-once", type=int, default=4,
-                        help="fan-out jobs sharing the GPU (workflow/profiles/gpu lets 8 share it: its gpu "
-                             "resource has 8 slots, a model job takes one)")
+    parser.add_argument("--jobs-at-once", type=int, default=default_jobs(),
+                        help="fan-out jobs sharing the GPU (default: the slots of workflow/profiles/gpu's gpu "
+                             "resource, a model job takes one)")
     parser.add_argument("--data-s", type=float, default=0.0,
                         help="wall seconds of the data stages before pre-training (0: prepared on a CPU and carried)")
     parser.add_argument("--report-s", type=float, default=60.0, help="assumed report and dvc commit, s")
@@ -439,7 +440,7 @@ def render(lines: list[Line], cfg: Config, found: dict[str, tuple[float, str]], 
     for name, c in costs.items():
         out.append(f"{name}: {c.per_token:,} FLOPs per training token at n_ctx {cfg.p['model']['n_ctx']} "
                    f"(blocks {c.blocks:,}, attention {c.attention_per_ctx:,} x n_ctx, LM head {c.head:,})")
-    out += ["", f"pre-training tokens per model: {pretrain_tokens:,} = {pretrain_tokens / mirror_tokens:.0f} epochs "
+    out += ["", f"pre-training tokens per model: {pretrain_tokens:,} = {pretrain_tokens / mirror_tokens:.1f} epochs "
             f"of the mirror's 99 novels (~{mirror_tokens / 1e6:.1f}M tokens with the released vocabulary)"]
     return "\n".join(out)
 

@@ -31,9 +31,9 @@ keeps .gpu-site/ only while it stays warm, 30 s idle):
     call B   carry bench/gpu_bundle/dag, bench/gpu_bundle/commit.txt
              bash bench/gpu_check.sh $OUT --sections hardware,dag
 
-Measured on 2026-11-27: wheels/ 23.0 MiB (47 wheels), dag_wheels/ 16.5 MiB (89), spacy_wheels/ 54.5 MiB (17: blis
-and spaCy's compiled modules, no room beside the others), dag/ of the default profile ~46 MiB (43.4 of data, 8 min
-of xz on 2 busy cores, and 2.7 of the mirror).
+Observed once, 2026-11-27 (no benchmark keeps these): wheels/ 23.0 MiB (47 wheels), dag_wheels/ 16.5 MiB (89),
+spacy_wheels/ 54.5 MiB (17: blis and spaCy's compiled modules, no room beside the others), dag/ of the default
+profile ~46 MiB (43.4 of data, 8 min of xz on 2 busy cores, and 2.7 of the mirror).
 A bundle holding dag's parts is carried by parts in the default sections' call too: its data, wheels, probe,
 lengths.json, manifest.json, commit.txt (and gpu_profile).
 
@@ -85,8 +85,9 @@ RUNS = {"hardware": "bench.gpu.hardware:run", "host_probe": "bench.gpu.host_prob
         "stages": "bench.gpu.stages:run", "precision": "bench.gpu.precision:run",
         "speed_extra": "bench.gpu.speed:run_extra", "pretrain_minutes": "bench.gpu.pretrain_minutes:run",
         "dag": "bench.gpu.dag:run"}  # fmt: skip
-# What a run without --sections does (issue 43): the sections not yet run on a GPU. The others ran on an H100 on
-# 2026-11-26 (bench/results/gpu_check_2026-11-26_h100) and run again when named, or with `--sections all`.
+# What a run without --sections does (issue 43's sections and the host probe; all of them ran on an H100 in run 3,
+# bench/results/gpu_check_2026-11-27_h100_run3). The others ran on an H100 on 2026-11-26
+# (bench/results/gpu_check_2026-11-26_h100) and run again when named, or with `--sections all`.
 DEFAULT = ("hardware", "host_probe", "dropout", "speed", "levers", "finetune_speed", "finetune_graphs")
 # Each section's time limit, seconds (the whole run's budget caps them too)
 LIMITS = {"cuda": {"hardware": 60, "host_probe": 90, "dropout": 120, "speed": 170, "levers": 200,
@@ -96,9 +97,9 @@ LIMITS = {"cuda": {"hardware": 60, "host_probe": 90, "dropout": 120, "speed": 17
                   "finetune_speed": 120, "finetune_graphs": 120, "stages": 420, "precision": 120,
                   "speed_extra": 30, "pretrain_minutes": 150, "dag": 420}}  # fmt: skip
 # The whole run; on an H100 the install and start-up come on top. The default sections took (a, b, e on 2026-11-26)
-# or are expected to take about 15 + 30 + 75 + 55 + 200 + 30 + 175 s there (b2 and e2 at most their limits); a run
+# or are expected to take about 15 + 30 + 75 + 55 + 200 + 30 + 190 s there (b2 and e2 at most their limits); a run
 # of issue 43's new sections alone (--sections hardware,host_probe,dropout,levers,finetune_graphs --budget-s 530)
-# leaves e2 its 175 s. 540 s leaves the device tool's 600 s command limit room for the wheels' install. On 2 busy
+# leaves e2 its 190 s. 540 s leaves the device tool's 600 s command limit room for the wheels' install. On 2 busy
 # cores section c's ten `gpt1` processes (each loading torch and MLflow) take minutes.
 BUDGET = {"cuda": 540.0, "cpu": 720.0}
 LEAST = 10.0  # a section is not started with less than this left
