@@ -19,7 +19,15 @@ from gpt1.evaluation.significance import PairedTest, average_test
 from gpt1.pipeline.config import load_config
 from gpt1.pipeline.plan import Plan
 from gpt1.report.inputs import collect_finetune
-from gpt1.report.tables import AVERAGE_COLUMN, finetune_pairs, load_paper, make_columns, paired_runs, variant_runs
+from gpt1.report.tables import (
+    AVERAGE_COLUMN,
+    finetune_pairs,
+    load_paper,
+    make_columns,
+    paired_runs,
+    task_columns,
+    variant_runs,
+)
 
 
 def pair_tests(results: Path, plan: Plan) -> list[tuple[str, str, PairedTest | None]]:
@@ -27,7 +35,7 @@ def pair_tests(results: Path, plan: Plan) -> list[tuple[str, str, PairedTest | N
     paper = load_paper()
     spec = paper["tables"]["table5"]
     finetuned = collect_finetune(results, plan, finetune_pairs(paper))
-    columns = [c for c in make_columns("table5", spec) if c.task is not None]
+    columns = task_columns(make_columns("table5", spec))
     runs = {row["variant"]: variant_runs(results, finetuned, columns, row["variant"]) for row in spec["rows"]}
     methods = {row["variant"]: row["method"] for row in spec["rows"]}
     out = []

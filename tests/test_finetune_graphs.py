@@ -1,4 +1,4 @@
-"""The CUDA fast path of fine-tuning (gpt1.training.finetune_loop.GraphedUpdates) where a CPU can check it: the bucket
+"""The CUDA fast path of fine-tuning (gpt1.training.finetune_graphs) where a CPU can check it: the bucket
 lengths, collation to a bucket, the static-shape loss against the eager one, the switch (a CPU keeps the eager loop
 unless forced; tests/test_finetune.py's digests keep its bits), the forced loop on a CPU through dynamo, and section e2
 of bench/gpu_check.py (`run_graphs`) rehearsed as its `section` command runs it."""
@@ -20,15 +20,8 @@ from gpt1.data.tasks import get_task
 from gpt1.data.transforms import Transformed
 from gpt1.modeling.heads import FinetuneModel, collate, compute_losses, static_losses
 from gpt1.modeling.model import set_dropout
-from gpt1.training.finetune_loop import (
-    CapturedUpdates,
-    GraphedUpdates,
-    Recipe,
-    Trainer,
-    batches,
-    bucket_length,
-    fast_path,
-)
+from gpt1.training.finetune_graphs import CapturedUpdates, GraphedUpdates, bucket_length, fast_path
+from gpt1.training.finetune_loop import Recipe, Trainer, batches
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 100
@@ -187,7 +180,7 @@ def test_every_fine_tuning_forward_takes_fine_tunings_attention_kernels(graphs: 
     attention_kernels(device, varying=True), the order whose dropout is p (on a CPU it is empty: nothing changes)."""
     import contextlib
 
-    from gpt1.training import finetune_loop
+    from gpt1.training import finetune_graphs, finetune_loop
 
     calls: list[tuple[str, bool]] = []
 
@@ -195,7 +188,7 @@ def test_every_fine_tuning_forward_takes_fine_tunings_attention_kernels(graphs: 
         calls.append((device.type, varying))
         return contextlib.nullcontext()
 
-    monkeypatch.setattr(finetune_loop, "attention_kernels", recorded)
+    monkeypatch.setattr(finetune_graphs, "attention_kernels", recorded)  # forward_context's too
     data = part_for("mnli", 20)  # batches of 8: two full, one of 4
     Trainer(model_for("mnli"), RECIPE, data, 0, graphs=graphs).epoch(0, 0, "test")
     # one an update; the captured path's warm-up before each new shape adds its own

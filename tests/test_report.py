@@ -381,6 +381,32 @@ def test_a_paper_table_column_that_is_no_report_is_refused() -> None:
         make_columns("table2", {"columns": [{"key": "rtee", "label": "RTE"}]})
 
 
+def test_task_columns_leave_out_the_computed_ones() -> None:
+    from gpt1.report.tables import AVERAGE_COLUMN, make_columns, task_columns
+
+    paper = load_paper()["tables"]
+    table4, table5 = make_columns("table4", paper["table4"]), make_columns("table5", paper["table5"])
+    assert "glue" in {c.key for c in table4} and "glue" not in {c.key for c in task_columns(table4)}
+    assert [c.key for c in task_columns(table5)] == [c.key for c in table5 if c.key != AVERAGE_COLUMN]
+    assert len(task_columns(table5)) == 8 and all(c.components for c in task_columns(table5))
+
+
+def test_the_predictions_beside_a_runs_metrics_are_verified_or_none(tmp_path: Path) -> None:
+    from test_significance import write_predictions
+
+    from gpt1.report.inputs import predictions_beside
+
+    path = write_metrics(tmp_path / "results", "rte", "pretrained", 0)
+    assert predictions_beside(path) is None  # a run that wrote none
+    predictions = path.with_name(layout.PREDICTIONS)
+    write_predictions(predictions, [("rte", i, i % 2, 0) for i in range(4)])
+    record_beside(predictions, layout.FINETUNE_METRICS)
+    assert predictions_beside(path)
+    predictions.write_text(predictions.read_text() + "\n")
+    with pytest.raises(ReportError, match=r"predictions\.jsonl"):
+        predictions_beside(path)
+
+
 def test_footnotes_name_the_split_the_cut_and_the_glue_server(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "out"
     write_metrics(results, "mnli", "pretrained", 0, cut=MNLI_CUT)

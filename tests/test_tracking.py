@@ -51,6 +51,19 @@ def test_log_steps_writes_more_than_one_batch_of_steps(tmp_path, monkeypatch):
     assert {m.step: m.value for m in history}[3] == 0.25
 
 
+def test_log_params_writes_more_than_one_batch_of_params(tmp_path, monkeypatch):
+    from gpt1.pipeline.tracking import PARAMS_PER_BATCH, stage_run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    params = {f"p{i}": i for i in range(2 * PARAMS_PER_BATCH + 1)}  # three writes
+    with stage_run("params", "smoke", "batched", params) as run:
+        run.log_metrics({"done": 1.0})
+        run_id = run.run_id
+    logged = MlflowClient(uri).get_run(run_id).data
+    assert logged.params == {k: str(v) for k, v in params.items()} and logged.metrics == {"done": 1.0}
+
+
 def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
     """The kind says the experiment holds model training runs (MLflow 3.17's UI does not read it for the tab it opens
     on: docs/mlflow_ui.md)."""

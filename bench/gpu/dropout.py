@@ -173,9 +173,9 @@ def as_trained(ctx: Context, device: torch.device) -> dict[str, Any]:
 
 
 def as_fine_tuned(ctx: Context, device: torch.device) -> dict[str, Any]:
-    """The call as fine-tuning makes it (gpt1.training.finetune_loop): under autocast and attention_kernels'
-    fine-tuning order (`varying`), eager as the captured update records it; the backend it ran, named by the op
-    torch.profiler records for one call."""
+    """The call as fine-tuning makes it (gpt1.training.finetune_graphs.forward_context): under autocast and
+    attention_kernels' fine-tuning order (`varying`), eager as the captured update records it; the backend it ran,
+    named by the op torch.profiler records for one call."""
     dtype = trained(device)[0]
     inputs = dtype or torch.float32
     with autocast(device, dtype), attention_kernels(device, varying=True):

@@ -9,7 +9,7 @@ the gpu profile's GPU-hours, each figure marked measured or assumed.
 
 Section e measures the eager loop (`Trainer(graphs=False)`), the one every update ran before the CUDA fast path;
 section e2 (`run_graphs`) measures that loop and the two fast paths interleaved at the same shapes: the one
-`finetune.cuda_graphs: auto` takes (`gpt1.training.finetune_loop.GraphedUpdates`: bucketed shapes, the loss through
+`finetune.cuda_graphs: auto` takes (`gpt1.training.finetune_graphs.GraphedUpdates`: bucketed shapes, the loss through
 torch.compile's CUDA graphs, capturable fused AdamW, no host sync per update) and `capture`'s (`CapturedUpdates`:
 each bucket's whole update, AdamW included, recorded by torch.cuda.graph without a compiler), each with its set-up
 time at a job's start, and the GPU-hours again from the compiled path's speed.
@@ -40,7 +40,8 @@ from gpt1.data.transforms import Transformed
 from gpt1.modeling.heads import FinetuneModel
 from gpt1.modeling.model import GPT, GPTConfig
 from gpt1.pipeline.config import load_config
-from gpt1.training.finetune_loop import Recipe, Trainer, bucket_length
+from gpt1.training.finetune_graphs import bucket_length
+from gpt1.training.finetune_loop import Recipe, Trainer
 
 PAPER = GPTConfig(vocab_size=40478, n_ctx=512, n_embd=768, n_layer=12, n_head=12)
 TINY = GPTConfig(vocab_size=512, n_ctx=64, n_embd=64, n_layer=2, n_head=2)

@@ -78,8 +78,8 @@ VIEW_METRICS = ("ppl_gpt", "ppl_lstm", "glue", "glue_scratch", "race", "t5_no_au
                 "zs_lstm", "heldout_gpt", "heldout_lstm", "gaps")
 UI_BASE = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 DIGEST_CHARS = 32  # MLflow stores a dataset digest in 36 characters (PostgreSQL enforces it); the full hash is a tag
-# Stores with a model registry: a database, a server, Databricks (a file store under ./mlruns has none).
 WRITE_EVERY_S = 1.0  # MetricSink: at most one write a second while a loop trains
+# Stores with a model registry: a database, a server, Databricks (a file store under ./mlruns has none).
 REGISTRY_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 # What a logged model needs to run (pinned to what logged it); given, not inferred: inference loads the model in a
 # subprocess, seconds for every fine-tuning job.
@@ -204,11 +204,7 @@ class StageRun:
         self.client = MlflowClient(tracking_uri())
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
-        retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
+        self.log_steps([(metrics, step or 0)])
 
     def log_times(self, last: str) -> None:
         """Where this process's time went (`gpt1.pipeline.clock`), as the stage's last metrics: the time since its
@@ -228,17 +224,17 @@ class StageRun:
         stamps = timestamps if timestamps is not None else [int(time.time() * 1000)] * len(rows)
         batch = [Metric(k, float(v), stamp, step) for (metrics, step), stamp in zip(rows, stamps, strict=True)
                  for k, v in metrics.items()]
-        for start in range(0, len(batch), METRICS_PER_BATCH):
-            retry(lambda chunk=batch[start : start + METRICS_PER_BATCH]: self.client.log_batch(self.run_id,
-                                                                                                 metrics=chunk))
+        self._log_batched("metrics", batch, METRICS_PER_BATCH)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        batch = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
-        for start in range(0, len(batch), PARAMS_PER_BATCH):
-            retry(lambda chunk=batch[start : start + PARAMS_PER_BATCH]: self.client.log_batch(self.run_id,
-                                                                                            params=chunk))
+        self._log_batched("params", [Param(k, str(v)[:6000]) for k, v in flatten(params).items()], PARAMS_PER_BATCH)
+
+    def _log_batched(self, kind: str, entities: Sequence[Any], size: int) -> None:
+        """`entities` (metrics or params, by `kind`) in writes of at most `size`, MLflow's limit for one request."""
+        for start in range(0, len(entities), size):
+            retry(lambda chunk=entities[start : start + size]: self.client.log_batch(self.run_id, **{kind: chunk}))
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
@@ -279,7 +275,7 @@ class StageRun:
 
         package = Path(__file__).resolve().parents[1]
         mlflow.set_tracking_uri(tracking_uri())
-        experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        experiment_id = self.experiment_id or retry(lambda: self.client.get_run(self.run_id).info.experiment_id)
         with _quiet_mlflow():
             retry(lambda: mlflow.set_experiment(experiment_id=experiment_id))  # the logged model's: the run's
             # Retried whole on a locked sqlite store (MLflow's own writes inside are not): an attempt that failed
@@ -382,8 +378,6 @@ def model_requirements() -> list[str]:
 @contextlib.contextmanager
 def _quiet_mlflow() -> Iterator[None]:
     """MLflow's INFO lines and advice while logging a model (environment notes, URLs) are not the stage's output."""
-    import warnings
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     logger = logging.getLogger("mlflow")
     level = logger.level

@@ -31,8 +31,16 @@ from gpt1.evaluation.significance import Key, Prediction, average_test, column_t
 from gpt1.pipeline import layout, records
 from gpt1.pipeline.errors import CompareError, ReportError
 from gpt1.pipeline.files import flatten, read_json
-from gpt1.report.inputs import heldout_points, verified_heldout, verified_predictions
-from gpt1.report.tables import AVERAGE_COLUMN, Column, component_mean, load_paper, make_columns, paired_runs
+from gpt1.report.inputs import heldout_points, predictions_beside, verified_heldout
+from gpt1.report.tables import (
+    AVERAGE_COLUMN,
+    Column,
+    component_mean,
+    load_paper,
+    make_columns,
+    paired_runs,
+    task_columns,
+)
 
 SETTING_BLOCKS = ("recipe", "model", "data", "tokenizer", "numerics", "lm_weight", "epochs", "transfer_layers")
 NOISE = ("content_sha256", "files", "source", "sha256_of_files")  # provenance, not settings
@@ -64,8 +72,8 @@ def find_jobs(tree: Path) -> dict[tuple[str, str], Job]:
     jobs = {}
     for (task, variant), paths in found.items():
         metrics = {seed: records.read("finetune_metrics", path, ReportError) for seed, path in paths.items()}
-        predictions = {seed: verified_predictions(path.with_name(layout.PREDICTIONS)) for seed, path in paths.items()
-                       if path.with_name(layout.PREDICTIONS).is_file()}
+        found = {seed: predictions_beside(path) for seed, path in paths.items()}
+        predictions = {seed: p for seed, p in found.items() if p is not None}
         jobs[(task, variant)] = Job(task, variant, metrics, predictions)
     return jobs
 
@@ -171,7 +179,7 @@ def average_rows(a: Mapping[tuple[str, str], Job], b: Mapping[tuple[str, str], J
     the paired test of the average (significance.average_test) and the seeds' t-test of the per-seed averages. As
     for a cell, A and B are the metrics' means over those seeds, the paired test is over the ones with predictions;
     the rows join the cells' Holm family."""
-    columns = [c for c in make_columns("table5", load_paper()["tables"]["table5"]) if c.task is not None]
+    columns = task_columns(make_columns("table5", load_paper()["tables"]["table5"]))
     rows = []
     for variant in sorted({v for _, v in a.keys() & b.keys()}):
         keys = [(c.task, variant) for c in columns]

@@ -1,4 +1,5 @@
-"""The report's inputs: the runs params.yaml asks for, read from RESULTS and verified against their records.
+"""The report's inputs: the runs and analyses a `plan.Plan` names, read from a results tree and verified against
+the records their stages sealed them with.
 
 A missing input is a Gap (a footnote saying why); a malformed one is a ReportError naming the file and the key,
 or the row and column: a table built around a broken file would look finished and be wrong.
@@ -61,7 +62,7 @@ HELDOUT_FIELDS = {  # one article's summed loss at one point (gpt1.stages.zerosh
     "words": "int",
     "nll": "number",
 }
-CURVE_FIELDS = {
+PRETRAIN_CURVE_FIELDS = {  # pre-training's curves.csv
     "step": "int",
     "tokens": "int",
     "train_loss": "number|empty",
@@ -95,7 +96,7 @@ def gap_notes(gaps: Sequence[Gap]) -> list[str]:
     notes = []
     for (folder, name, reason), seeds in groups.items():
         where = seeds[0] if len(seeds) == 1 else "{" + ",".join(seeds) + "}"
-        notes.append(f"{folder}/{where}/{name}: missing; {reason}")
+        notes.append(Gap(folder / where / name, reason).note)
     return notes
 
 
@@ -347,14 +348,17 @@ def verified_predictions(path: Path) -> dict:
     return read_predictions(path)
 
 
+def predictions_beside(metrics: Path) -> dict | None:
+    """The verified predictions of the run whose metrics.json is `metrics`; None when it wrote none."""
+    path = metrics.with_name(layout.PREDICTIONS)
+    return verified_predictions(path) if path.is_file() else None
+
+
 def predictions_by_seed(results_dir: Path, finetuned: Finetuned, task: str, variant: str) -> dict[int, dict]:
     """The verified predictions of every run found of (task, variant) that wrote them."""
-    runs = {}
-    for seed in finetuned.of(task, variant):
-        path = finetune_path(results_dir, task, variant, seed).with_name(layout.PREDICTIONS)
-        if path.is_file():
-            runs[seed] = verified_predictions(path)
-    return runs
+    found = {seed: predictions_beside(finetune_path(results_dir, task, variant, seed))
+             for seed in finetuned.of(task, variant)}
+    return {seed: predictions for seed, predictions in found.items() if predictions is not None}
 
 
 # ---------------------------------------------------------------------------------------------------- CSV inputs
@@ -438,7 +442,7 @@ def collect_analyses(results_dir: Path, plan: Plan) -> Analyses:
             found.heldout[model] = check_heldout(path, rows)
         path = results_dir / layout.pretrain_dir(model) / layout.PRETRAIN_CURVES
         producer = f"gpt1 pretrain --model {model}"
-        rows = _rows_or_gap(found, "pretraining", path, CURVE_FIELDS, why, producer, "pretrain",
+        rows = _rows_or_gap(found, "pretraining", path, PRETRAIN_CURVE_FIELDS, why, producer, "pretrain",
                             layout.PRETRAIN_METRICS)
         if rows is not None:
             found.curves[model] = rows

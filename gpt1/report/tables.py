@@ -45,8 +45,8 @@ from gpt1.report.inputs import (
     Setup,
     checked_field,
     gap_notes,
+    predictions_beside,
     predictions_by_seed,
-    verified_predictions,
 )
 from gpt1.report.numbers import difference, exact_decimal, mean_sd, mean_se, paper_average, round_half_up
 
@@ -134,6 +134,11 @@ def make_columns(table: str, spec: Mapping[str, Any]) -> list[Column]:
     return columns
 
 
+def task_columns(columns: Iterable[Column]) -> list[Column]:
+    """The columns a task run fills, in order: every column but the computed ones (GLUE average, Avg)."""
+    return [c for c in columns if c.task is not None]
+
+
 def average_discrepancy(method: str, values: Mapping[str, float], printed: float) -> str | None:
     """A footnote when the paper's printed average is not the rounded mean of its own printed columns."""
     exact = paper_average(values.values())
@@ -218,10 +223,9 @@ def column_se(run: Run, column: Column) -> float | None:
     """Bootstrap standard error (percent) of one run's column value over its evaluation examples, from the run's
     predictions (verified against metrics.json); None without predictions. A column averaging several reports
     (MNLI: matched and mismatched, scored on disjoint examples) combines their errors as independent."""
-    path = run.path.with_name(layout.PREDICTIONS)
-    if not path.is_file():
+    predictions = predictions_beside(run.path)
+    if predictions is None:
         return None
-    predictions = verified_predictions(path)
     errors = []
     for report, metric in column.components:
         if not any(k[0] == report for k in predictions):
@@ -413,7 +417,7 @@ def _paper_method(row: Mapping[str, Any]) -> str:
 def paper_row(row: Mapping[str, Any], columns: Sequence[Column], label: str | None = None) -> Row:
     values = dict(row["values"])
     if row.get("avg") is not None:
-        values["avg"] = row["avg"]
+        values[AVERAGE_COLUMN] = row["avg"]
     cells = {c.key: Cell(float(values[c.key])) if c.key in values else Cell() for c in columns}
     return Row(label or _paper_method(row), "paper", row.get("variant"), cells)
 
@@ -453,20 +457,19 @@ def main_table(name: str, paper: Mapping[str, Any], finetuned: Finetuned, plan: 
             for c in columns
         }
         rows.append(Row(label, "ours", variant, cells))
-    tasks = [c.task for c in columns if c.task is not None]
+    tasks = [c.task for c in task_columns(columns)]
     notes = table_notes(name, paper, plan.seeds) + setup_notes(finetuned, paper, tasks, MAIN_VARIANTS)
     return Table(name, spec["title"], columns, rows, notes)
 
 
 def variant_runs(results_dir: Path, finetuned: Finetuned, columns: Sequence[Column], variant: str) -> list[Runs]:
     """Each task column's verified predictions of one variant, by seed, in the columns' order."""
-    return [predictions_by_seed(results_dir, finetuned, c.task, variant) for c in columns if c.task is not None]
+    return [predictions_by_seed(results_dir, finetuned, c.task, variant) for c in task_columns(columns)]
 
 
 def paired_runs(columns: Sequence[Column], full: Sequence[Runs], other: Sequence[Runs]) -> list[ColumnRuns]:
     """The task columns as a test of `full` against `other` reads them (variant_runs' lists of both)."""
-    tasks = [c for c in columns if c.task is not None]
-    return [ColumnRuns(c.components, f, o) for c, f, o in zip(tasks, full, other, strict=True)]
+    return [ColumnRuns(c.components, f, o) for c, f, o in zip(task_columns(columns), full, other, strict=True)]
 
 
 def ablation_tests(
@@ -475,11 +478,10 @@ def ablation_tests(
     """Full vs each ablation on every task column (paired bootstrap over the evaluation examples both scored), then
     on the table's Avg where it has one; and a line for each comparison that has nothing to pair."""
     tests, untested = [], []
-    task_columns = [c for c in columns if c.task is not None]
-    full = variant_runs(results_dir, finetuned, task_columns, FULL_VARIANT)
-    tested = {v: paired_runs(task_columns, full, variant_runs(results_dir, finetuned, task_columns, v))
-              for v in variants}
-    for i, column in enumerate(task_columns):
+    tasks = task_columns(columns)
+    full = variant_runs(results_dir, finetuned, tasks, FULL_VARIANT)
+    tested = {v: paired_runs(tasks, full, variant_runs(results_dir, finetuned, tasks, v)) for v in variants}
+    for i, column in enumerate(tasks):
         reports, metrics = zip(*column.components, strict=True)  # Table 5's MNLI: two reports, one metric
         for variant in variants:
             runs = tested[variant][i]
@@ -502,7 +504,7 @@ def ablation_table(paper: Mapping[str, Any], finetuned: Finetuned, plan: Plan, r
     """Table 5: each paper row, our row of the same variant right under it; then the paired tests."""
     spec = paper["tables"]["table5"]
     columns = make_columns("table5", spec)
-    tasks = [c for c in columns if c.task is not None]
+    tasks = task_columns(columns)
     rows = []
     for row in spec["rows"]:
         printed = paper_row(row, columns, f"paper: {row['method']}")

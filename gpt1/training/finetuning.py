@@ -39,6 +39,7 @@ import numpy as np
 
 from gpt1.data.rows import (
     DATA_SEED,
+    SELECTION_FRACTION,
     Cut,
     DataSource,
     cap_positions,
@@ -215,6 +216,15 @@ def _model_block(job: FinetuneJob) -> dict[str, Any]:
             "parameters": sum(p.numel() for p in job.model.parameters())}
 
 
+def _selection_block(job: FinetuneJob, trained: Trained) -> dict[str, Any] | None:
+    """How the kept epoch was chosen (Story Cloze), or None where the last epoch's weights are the result."""
+    if job.selection is None or trained.best_epoch is None:
+        return None
+    return {"protocol": f"best epoch by {job.spec.paper_metric} on a validation slice of the training examples",
+            "slice_examples": len(job.selection.examples), "slice_fraction": SELECTION_FRACTION,
+            "slice_seed": DATA_SEED, "epoch_scores": trained.epoch_scores, "best_epoch": trained.best_epoch}
+
+
 def build_metrics(job: FinetuneJob, trained: Trained, reports: dict[str, Any], train_scores: dict[str, float],
                   train_scored: int, wall: float) -> dict[str, Any]:
     cut = job.cut
@@ -240,7 +250,7 @@ def build_metrics(job: FinetuneJob, trained: Trained, reports: dict[str, Any], t
         "train_metrics": train_scores,
         "train_metrics_examples": train_scored,
         "train_accuracy": train_scores.get("accuracy"),
-        "selection": trained.selection,
+        "selection": _selection_block(job, trained),
         "epochs": job.recipe.epochs,
         "updates": trained.updates,
         "warmup_updates": trained.warmup,
