@@ -72,8 +72,8 @@ def find_jobs(tree: Path) -> dict[tuple[str, str], Job]:
     jobs = {}
     for (task, variant), paths in found.items():
         metrics = {seed: records.read("finetune_metrics", path, ReportError) for seed, path in paths.items()}
-        found = {seed: predictions_beside(path) for seed, path in paths.items()}
-        predictions = {seed: p for seed, p in found.items() if p is not None}
+        beside = {seed: predictions_beside(path) for seed, path in paths.items()}
+        predictions = {seed: p for seed, p in beside.items() if p is not None}
         jobs[(task, variant)] = Job(task, variant, metrics, predictions)
     return jobs
 
