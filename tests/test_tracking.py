@@ -64,6 +64,30 @@ def test_log_params_writes_more_than_one_batch_of_params(tmp_path, monkeypatch):
     assert logged.params == {k: str(v) for k, v in params.items()} and logged.metrics == {"done": 1.0}
 
 
+def test_a_store_outside_the_working_folder_keeps_its_artifacts_beside_it(tmp_path, monkeypatch):
+    """MLflow puts a sqlite store's artifacts in ./mlruns of whatever folder a job runs in; a store elsewhere gets
+    them beside it, and the default store in the working folder keeps MLflow's ./mlruns/<id>."""
+    from gpt1.pipeline.mlflow_store import artifact_location
+    from gpt1.pipeline.tracking import stage_run
+
+    work, store = tmp_path / "work", tmp_path / "store"
+    work.mkdir(), store.mkdir()
+    monkeypatch.chdir(work)
+    assert artifact_location("sqlite:///mlflow.db", "gpt1") is None
+    assert artifact_location(f"sqlite:///{work}/mlflow.db", "gpt1") is None
+    assert artifact_location("postgresql://localhost/mlflow", "gpt1") is None
+    uri = f"sqlite:///{store}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    (work / "note.txt").write_text("an artifact\n")
+    with stage_run("beside", "smoke", "gpt1 elsewhere", {}) as run:
+        run.log_artifact(work / "note.txt")
+        run_id = run.run_id
+    artifacts = MlflowClient(uri).get_run(run_id).info.artifact_uri
+    assert artifacts.startswith((store / "mlruns" / "gpt1_elsewhere").as_uri())
+    assert (store / "mlruns" / "gpt1_elsewhere" / run_id / "artifacts" / "note.txt").is_file()
+    assert not (work / "mlruns").exists()
+
+
 def test_an_experiment_made_before_the_kind_tag_gets_it(tmp_path, monkeypatch):
     """The kind says the experiment holds model training runs (MLflow 3.17's UI does not read it for the tab it opens
     on: docs/mlflow_ui.md)."""

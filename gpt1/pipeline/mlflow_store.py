@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import random
+import re
 import socket
 import sqlite3
 import time
@@ -196,6 +197,17 @@ def check_store(uri: str | None = None) -> None:
         _probe_database(uri, dialect)
     elif (path := _sqlite_file(uri)) is not None:
         _check_sqlite(path)
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment of store `uri` keeps its artifacts: beside a sqlite store. MLflow's default is ./mlruns
+    of the working folder, so a store elsewhere (a shared file, a test's) would leave its runs' files in whatever
+    folder each job ran in; there the experiment gets <store's folder>/mlruns/<experiment>. None (MLflow's default,
+    ./mlruns/<id>) for a store in the working folder, the default one, and for a database or server."""
+    path = _sqlite_file(uri)
+    if path is None or path.resolve().parent == Path.cwd().resolve():
+        return None
+    return (path.resolve().parent / "mlruns" / re.sub(r"[^\w.-]", "_", experiment)).as_uri()
 
 
 def check_artifact_folder(artifact_uri: str) -> None:

@@ -40,6 +40,7 @@ from gpt1.pipeline.files import flatten, publication, staged_path
 from gpt1.pipeline.mlflow_store import (
     DEFAULT_URI,
     DUPLICATE_ERRORS,
+    artifact_location,
     check_artifact_folder,
     check_store,
     creation_lock,
@@ -115,7 +116,8 @@ def ensure_experiment(name: str) -> str:
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
-            return client.create_experiment(name, tags=experiment_tags({}))
+            return client.create_experiment(name, artifact_location=artifact_location(uri, name),
+                                            tags=experiment_tags({}))
         # An experiment made before a tag existed, or whose view a user deleted: the missing or changed tags.
         for key, value in experiment_tags(experiment.tags).items():
             if experiment.tags.get(key) != value:
