@@ -52,8 +52,14 @@ def targets(*jobs: str) -> list[str]:
 def test_a_full_disk_mid_fan_out_fails_in_one_line_and_the_rerun_completes_with_the_same_bytes(
     small_disk: Path, tmp_path: Path
 ) -> None:
+    import yaml
+    from mlflow.tracking import MlflowClient
+
     env = {**user_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}  # the store stays writable
     root = smoke_checkout(small_disk / "repo", env, ablation_tasks=["rte"])
+    # ... and the artifacts on the full disk, as the default store keeps them (./mlruns of the checkout)
+    experiment = yaml.safe_load((root / "params.yaml").read_text())["mlflow"]["experiment"]
+    MlflowClient(env["MLFLOW_TRACKING_URI"]).create_experiment(experiment, artifact_location=(root / "mlruns").as_uri())
     results = root / "results" / "smoke"
     encoded = [f"results/smoke/tasks/{job.split('/')[1]}/encoded.json" for job in AFTER]
     for step in (encoded, targets(FIRST)):  # every input the jobs read (the rest of the fan-out's: CI time), one job
