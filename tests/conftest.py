@@ -95,9 +95,9 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
 
 
 def throwaway_store(folder: Path) -> str:
-    """A sqlite store in `folder` whose experiment is made here with its artifacts beside the store: made by a
-    stage, with no artifact location, they would land in ./mlruns of the working folder, the repository's own
-    (the store a user's `mlflow ui` shows), thousands of files a run."""
+    """A sqlite store in `folder` whose experiment is made here with its artifacts beside the store (a stage
+    would now put them beside it too, gpt1.pipeline.mlflow_store.artifact_location; made here, the store's seconds
+    of creation are paid once, not by the first stage)."""
     import yaml
     from mlflow.tracking import MlflowClient
 
